@@ -1,0 +1,19 @@
+//! Generates the gRPC code from `proto/` with a vendored protoc, so a fresh
+//! machine needs nothing installed beyond the Rust toolchain.
+
+use std::path::PathBuf;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut prost = tonic_prost_build::Config::new();
+    prost.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    let includes = [PathBuf::from("proto"), protoc_bin_vendored::include_path()?];
+    let protos = [
+        "proto/data-plane/v1/data_plane.proto",
+        "proto/controller/v1/controller.proto",
+        "proto/controlplane/v1/controlplane.proto",
+    ]
+    .map(PathBuf::from);
+    tonic_prost_build::configure().compile_with_config(prost, &protos, &includes)?;
+    println!("cargo:rerun-if-changed=proto");
+    Ok(())
+}

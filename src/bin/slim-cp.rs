@@ -1,0 +1,129 @@
+//! The `slim-cp` binary: wires configuration, store and servers together.
+
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use slim_cp::config::{Config, DatabaseConfig};
+use slim_cp::server::{self, Options};
+use slim_cp::store::{MemoryStore, Store};
+use tracing::{info, warn};
+
+#[derive(Parser)]
+#[command(
+    name = "slim-cp",
+    version,
+    about = "Highly available control plane for SLIM"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one replica.
+    Serve {
+        /// YAML configuration (default: ./config.yaml if present, else built-in defaults).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
+}
+
+fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::fmt().with_env_filter(filter).init();
+}
+
+fn options(config: &Config) -> Result<Options> {
+    for (name, server) in [
+        ("northbound", &config.northbound),
+        ("southbound", &config.southbound),
+    ] {
+        if !server.tls.insecure {
+            bail!("{name}.tls: TLS listeners are not supported yet; set `insecure: true`");
+        }
+    }
+    let mut opts = Options::loopback();
+    opts.southbound = config.southbound.socket_addr()?;
+    opts.reconcile_period = config.reconciler.reconcile_period;
+    opts.replica.id = hostname();
+    opts.replica.incarnation = u64::try_from(slim_cp::clock::unix_now()).unwrap_or(1);
+    Ok(opts)
+}
+
+fn hostname() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "slim-cp".into())
+}
+
+fn store(config: &Config) -> Arc<dyn Store> {
+    match config.database {
+        DatabaseConfig::Memory => Arc::new(MemoryStore::new()),
+    }
+}
+
+async fn serve(path: Option<PathBuf>) -> Result<()> {
+    let (config, file) = Config::load_or_default(path.as_deref())?;
+    init_logging(&config.tracing.log_level);
+    match &file {
+        Some(f) => info!(file = %f.display(), "configuration loaded"),
+        None => info!("no configuration file; using defaults"),
+    }
+    for key in config.ignored_keys() {
+        warn!(
+            key,
+            "configuration key accepted for compatibility but has no effect"
+        );
+    }
+    let running = server::start(options(&config)?, store(&config))
+        .await
+        .context("starting the replica")?;
+    info!(southbound = %running.southbound_addr, "slim-cp serving (memory store, single replica)");
+    shutdown_signal().await;
+    info!("shutting down");
+    running.shutdown().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let outcome = match Cli::parse().command {
+        Command::Serve { config } => serve(config).await,
+    };
+    match outcome {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One readable line with the chain of causes, no backtrace.
+            eprintln!("slim-cp: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

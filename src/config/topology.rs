@@ -1,0 +1,403 @@
+//! The `topology:` section, in the reference's shape:
+//!
+//! ```yaml
+//! topology:
+//!   links:                      # or `segments:`, never both
+//!     - group: cloud
+//!       neighbors: ["*"]
+//!   registration_auth:          # optional
+//!     type: shared_secret
+//!     secrets: {cluster-a: "<at least 32 bytes>"}
+//! ```
+//!
+//! Absent, `{}`, or with empty `links`/`segments`, the topology is managed
+//! through the API. Giving both `links` and `segments` is refused, as the
+//! reference's parser does (its prose says top-level links are then
+//! ignored; its code rejects the file, and a silent choice would surprise).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde::de::{self, Visitor};
+use serde::{Deserialize, Deserializer};
+
+use super::ConfigError;
+use super::secret::SharedSecret;
+
+/// Topology mode plus optional registration authentication.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TopologySettings {
+    /// Where the topology comes from.
+    pub mode: TopologyConfig,
+    /// How nodes prove membership of their group; `None` accepts all.
+    pub registration_auth: Option<RegistrationAuthConfig>,
+}
+
+/// Where the group topology comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub enum TopologyConfig {
+    /// Managed at runtime through the API and kept in the database.
+    #[default]
+    Api,
+    /// One routing domain with this adjacency list (config mode).
+    Links(Vec<AdjacencyEntry>),
+    /// Independent routing domains (config mode); names and links may use
+    /// the `$group` template.
+    Segments(Vec<SegmentConfig>),
+}
+
+/// Nodes of `group` link to nodes of each of `neighbors` (both ways).
+/// `"*"` matches every group, `$group` is a segment template variable.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdjacencyEntry {
+    /// Source group.
+    #[serde(deserialize_with = "group_name")]
+    pub group: String,
+    /// Groups it links to.
+    #[serde(deserialize_with = "group_names")]
+    pub neighbors: Vec<String>,
+}
+
+/// An independent routing domain with its own link graph.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SegmentConfig {
+    /// Segment name; may contain `$group`.
+    #[serde(deserialize_with = "group_name")]
+    pub name: String,
+    /// Links inside the segment.
+    pub links: Vec<AdjacencyEntry>,
+}
+
+/// Registration authentication (`topology.registration_auth`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistrationAuthConfig {
+    /// Per-group HMAC secrets. May be empty in API mode, where secrets are
+    /// managed through the API.
+    SharedSecret {
+        /// Group name to secret.
+        secrets: BTreeMap<String, SharedSecret>,
+    },
+    /// JWT SVIDs checked against the local SPIRE agent's trust bundles;
+    /// the SPIFFE trust domain must equal the group name.
+    Spire {
+        /// Workload API socket of the SPIRE agent.
+        socket_path: String,
+        /// Audience the JWT SVIDs must carry (the reference's is `slim`).
+        audience: String,
+    },
+}
+
+impl TopologyConfig {
+    /// True when the topology is managed through the API.
+    pub fn is_api_mode(&self) -> bool {
+        matches!(self, TopologyConfig::Api)
+    }
+}
+
+impl TopologySettings {
+    /// True when the topology is managed through the API.
+    pub fn is_api_mode(&self) -> bool {
+        self.mode.is_api_mode()
+    }
+
+    /// Re-checks everything, for configurations built in code.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        match &self.mode {
+            TopologyConfig::Api => {}
+            TopologyConfig::Links(links) => check_links(links, "topology.links")?,
+            TopologyConfig::Segments(segments) => check_segments(segments)?,
+        }
+        match &self.registration_auth {
+            Some(auth) => auth.validate(self.is_api_mode()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl RegistrationAuthConfig {
+    fn validate(&self, api_mode: bool) -> Result<(), ConfigError> {
+        let key = "topology.registration_auth";
+        match self {
+            RegistrationAuthConfig::SharedSecret { secrets } => {
+                if secrets.is_empty() && !api_mode {
+                    return Err(ConfigError::invalid(
+                        format!("{key}.secrets"),
+                        "at least one group secret is required when the topology is set \
+                         in the file (in API mode secrets are managed through the API)",
+                    ));
+                }
+                // Secret lengths are enforced by `SharedSecret` itself.
+                for group in secrets.keys() {
+                    non_empty(group)
+                        .map_err(|m| ConfigError::invalid(format!("{key}.secrets.{group}"), m))?;
+                }
+                Ok(())
+            }
+            RegistrationAuthConfig::Spire {
+                socket_path,
+                audience,
+            } => {
+                non_empty(socket_path)
+                    .map_err(|m| ConfigError::invalid(format!("{key}.socket_path"), m))?;
+                non_empty(audience).map_err(|m| ConfigError::invalid(format!("{key}.audience"), m))
+            }
+        }
+    }
+}
+
+fn check_links(links: &[AdjacencyEntry], key: &str) -> Result<(), ConfigError> {
+    for (i, entry) in links.iter().enumerate() {
+        let at = format!("{key}[{i}]");
+        non_empty(&entry.group).map_err(|m| ConfigError::invalid(format!("{at}.group"), m))?;
+        for neighbor in &entry.neighbors {
+            non_empty(neighbor).map_err(|m| ConfigError::invalid(format!("{at}.neighbors"), m))?;
+        }
+    }
+    Ok(())
+}
+
+/// Names must be unique: two segments with one name would silently merge
+/// or shadow each other at runtime.
+fn check_segments(segments: &[SegmentConfig]) -> Result<(), ConfigError> {
+    let mut seen = BTreeSet::new();
+    for (i, segment) in segments.iter().enumerate() {
+        let at = format!("topology.segments[{i}]");
+        non_empty(&segment.name).map_err(|m| ConfigError::invalid(format!("{at}.name"), m))?;
+        if !seen.insert(segment.name.as_str()) {
+            return Err(ConfigError::invalid(
+                format!("{at}.name"),
+                format!("segment {:?} is defined twice", segment.name),
+            ));
+        }
+        check_links(&segment.links, &format!("{at}.links"))?;
+    }
+    Ok(())
+}
+
+/// The section as written.
+#[derive(Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawTopology {
+    links: Option<Vec<AdjacencyEntry>>,
+    segments: Option<Vec<SegmentConfig>>,
+    registration_auth: Option<RawAuth>,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "snake_case")]
+enum AuthKind {
+    SharedSecret,
+    Spire,
+}
+
+/// `registration_auth` as written. The reference reads `secrets` for
+/// `shared_secret` and `socket_path` for `spire`; `audience` is slim-cp's.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuth {
+    #[serde(rename = "type")]
+    kind: AuthKind,
+    secrets: Option<BTreeMap<String, SharedSecret>>,
+    socket_path: Option<String>,
+    audience: Option<String>,
+}
+
+impl RawTopology {
+    pub(super) fn into_config(
+        self,
+        ignored: &mut Vec<String>,
+    ) -> Result<TopologySettings, ConfigError> {
+        let mode = match (self.links, self.segments) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::invalid(
+                    "topology",
+                    "`links` and `segments` are mutually exclusive: with segments, \
+                     put the links inside each segment",
+                ));
+            }
+            (Some(links), None) if !links.is_empty() => TopologyConfig::Links(links),
+            (None, Some(segments)) if !segments.is_empty() => TopologyConfig::Segments(segments),
+            _ => TopologyConfig::Api,
+        };
+        let registration_auth = match self.registration_auth {
+            Some(raw) => Some(raw.into_config(ignored)?),
+            None => None,
+        };
+        Ok(TopologySettings {
+            mode,
+            registration_auth,
+        })
+    }
+}
+
+impl RawAuth {
+    fn into_config(self, ignored: &mut Vec<String>) -> Result<RegistrationAuthConfig, ConfigError> {
+        let key = "topology.registration_auth";
+        let mut ignore = |present: bool, name: &str| {
+            if present {
+                ignored.push(format!("{key}.{name}"));
+            }
+        };
+        match self.kind {
+            AuthKind::SharedSecret => {
+                ignore(self.socket_path.is_some(), "socket_path");
+                ignore(self.audience.is_some(), "audience");
+                Ok(RegistrationAuthConfig::SharedSecret {
+                    secrets: self.secrets.unwrap_or_default(),
+                })
+            }
+            AuthKind::Spire => {
+                ignore(self.secrets.is_some(), "secrets");
+                let socket_path = self.socket_path.ok_or_else(|| {
+                    ConfigError::invalid(
+                        format!("{key}.socket_path"),
+                        "missing key (required with `type: spire`)",
+                    )
+                })?;
+                Ok(RegistrationAuthConfig::Spire {
+                    socket_path,
+                    audience: self.audience.unwrap_or_else(|| "slim".to_string()),
+                })
+            }
+        }
+    }
+}
+
+/// Names, groups and paths must say something: an empty one is a typo.
+fn non_empty(value: &str) -> Result<(), String> {
+    if value.trim().is_empty() {
+        return Err("must not be empty".into());
+    }
+    Ok(())
+}
+
+/// Checked inside the visitor so that the error points at the value.
+fn group_name<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    deserializer.deserialize_str(NameVisitor)
+}
+
+fn group_names<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    let names = Vec::<Name>::deserialize(deserializer)?;
+    Ok(names.into_iter().map(|Name(name)| name).collect())
+}
+
+/// A list element, checked like a single name (its index is in the path).
+struct Name(String);
+
+impl<'de> Deserialize<'de> for Name {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(NameVisitor).map(Name)
+    }
+}
+
+struct NameVisitor;
+
+impl Visitor<'_> for NameVisitor {
+    type Value = String;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a non-empty name")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
+        non_empty(v).map_err(E::custom)?;
+        Ok(v.to_string())
+    }
+
+    // A group named `2024` or `true` reads the same whether or not the file
+    // uses `${...}` references (which re-type every value as YAML nodes).
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<String, E> {
+        Ok(v.to_string())
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<String, E> {
+        Ok(v.to_string())
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<String, E> {
+        Ok(v.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(yaml: &str) -> Result<TopologySettings, String> {
+        let raw: RawTopology = serde_yaml::from_str(yaml).map_err(|e| e.to_string())?;
+        let settings = raw
+            .into_config(&mut Vec::new())
+            .map_err(|e| e.to_string())?;
+        settings.validate().map_err(|e| e.to_string())?;
+        Ok(settings)
+    }
+
+    fn entry(group: &str, neighbors: &[&str]) -> AdjacencyEntry {
+        AdjacencyEntry {
+            group: group.into(),
+            neighbors: neighbors.iter().map(|n| n.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn modes() {
+        assert!(parse("{}").unwrap().is_api_mode());
+        assert!(parse("links: []").unwrap().is_api_mode());
+        let links = parse("links: [{group: hub, neighbors: ['*']}]").unwrap();
+        assert_eq!(
+            links.mode,
+            TopologyConfig::Links(vec![entry("hub", &["*"])])
+        );
+        let segments =
+            parse("segments: [{name: s-$group, links: [{group: hub, neighbors: [$group]}]}]");
+        assert!(matches!(
+            segments.unwrap().mode,
+            TopologyConfig::Segments(_)
+        ));
+        let both = parse("links: [{group: a, neighbors: [b]}]\nsegments: []").unwrap_err();
+        assert!(both.contains("mutually exclusive"), "{both}");
+    }
+
+    #[test]
+    fn code_built_settings_are_checked_too() {
+        let segment = SegmentConfig {
+            name: "s".into(),
+            links: vec![entry("a", &["b"])],
+        };
+        let twice = TopologySettings {
+            mode: TopologyConfig::Segments(vec![segment.clone(), segment]),
+            registration_auth: None,
+        };
+        let err = twice.validate().unwrap_err();
+        assert_eq!(err.key(), Some("topology.segments[1].name"));
+        let blank = TopologySettings {
+            mode: TopologyConfig::Links(vec![entry("a", &[" "])]),
+            registration_auth: None,
+        };
+        assert_eq!(
+            blank.validate().unwrap_err().key(),
+            Some("topology.links[0].neighbors")
+        );
+    }
+
+    #[test]
+    fn auth_keys_of_the_other_kind_are_reported() {
+        let raw: RawTopology =
+            serde_yaml::from_str("registration_auth: {type: shared_secret, socket_path: /s}")
+                .unwrap();
+        let mut ignored = Vec::new();
+        raw.into_config(&mut ignored).unwrap();
+        assert_eq!(ignored, vec!["topology.registration_auth.socket_path"]);
+        let spire =
+            parse("registration_auth: {type: spire, socket_path: /s, audience: cp}").unwrap();
+        assert_eq!(
+            spire.registration_auth,
+            Some(RegistrationAuthConfig::Spire {
+                socket_path: "/s".into(),
+                audience: "cp".into()
+            })
+        );
+    }
+}

@@ -1,0 +1,13 @@
+#![forbid(unsafe_code)]
+//! slim-cp: a highly available control plane for SLIM data-plane fleets.
+
+pub mod clock;
+pub mod config;
+pub mod names;
+pub mod proto;
+pub mod reconcile;
+pub mod server;
+pub mod sim;
+pub mod southbound;
+pub mod store;
+pub mod transport;

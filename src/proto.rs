@@ -1,0 +1,38 @@
+//! Code generated from `proto/` at build time (the upstream wire contract).
+//!
+//! The module tree mirrors the protobuf packages (`controller.proto.v1` and so
+//! on) because the generated code refers across packages by relative path.
+//! Use the short aliases below elsewhere in the crate.
+
+#![allow(clippy::all, clippy::pedantic, missing_docs)]
+
+pub mod dataplane {
+    pub mod proto {
+        pub mod v1 {
+            tonic::include_proto!("dataplane.proto.v1");
+        }
+    }
+}
+
+pub mod controller {
+    pub mod proto {
+        pub mod v1 {
+            tonic::include_proto!("controller.proto.v1");
+        }
+    }
+}
+
+pub mod controlplane {
+    pub mod proto {
+        pub mod v1 {
+            tonic::include_proto!("controlplane.proto.v1");
+        }
+    }
+}
+
+/// `controller.proto.v1`: the southbound stream.
+pub use controller::proto::v1 as sb;
+/// `controlplane.proto.v1`: the northbound operator API.
+pub use controlplane::proto::v1 as nb;
+/// `dataplane.proto.v1`: names.
+pub use dataplane::proto::v1 as dp;

@@ -1,0 +1,74 @@
+//! The southbound API: `OpenControlChannel` streams from data-plane nodes.
+//!
+//! The response stream is returned at once, so the node gets its response
+//! headers before it sends `RegisterNodeRequest`; a task per stream then
+//! drives the session (see [`session`]).
+
+pub mod auth;
+pub mod handshake;
+mod session;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::proto::sb;
+use crate::reconcile::Signals;
+use crate::store::Store;
+use crate::store::model::ReplicaRef;
+use crate::transport::Registry;
+use auth::Authenticator;
+
+/// The node must send `RegisterNodeRequest` within this time of opening.
+pub const REGISTER_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Messages queued towards one node before senders wait.
+const OUTBOUND_CAPACITY: usize = 64;
+
+/// What every stream's session needs.
+pub struct Ctx {
+    pub store: Arc<dyn Store>,
+    pub registry: Arc<Registry>,
+    pub signals: Arc<dyn Signals>,
+    pub replica: ReplicaRef,
+    pub auth: Arc<dyn Authenticator>,
+    pub register_timeout: Duration,
+}
+
+/// The `ControllerService` implementation.
+pub struct Southbound {
+    ctx: Arc<Ctx>,
+}
+
+impl Southbound {
+    pub fn new(ctx: Ctx) -> Self {
+        Self { ctx: Arc::new(ctx) }
+    }
+
+    pub fn into_server(self) -> sb::controller_service_server::ControllerServiceServer<Self> {
+        sb::controller_service_server::ControllerServiceServer::new(self)
+    }
+}
+
+#[tonic::async_trait]
+impl sb::controller_service_server::ControllerService for Southbound {
+    type OpenControlChannelStream = ReceiverStream<Result<sb::ControlMessage, Status>>;
+
+    async fn open_control_channel(
+        &self,
+        request: Request<Streaming<sb::ControlMessage>>,
+    ) -> Result<Response<Self::OpenControlChannelStream>, Status> {
+        let peer = request.remote_addr();
+        let (tx, rx) = mpsc::channel(OUTBOUND_CAPACITY);
+        tokio::spawn(session::drive(
+            self.ctx.clone(),
+            peer,
+            request.into_inner(),
+            tx,
+        ));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}

@@ -1,0 +1,425 @@
+//! The store contract as executable cases. Every backend runs every case
+//! (see `tests/store_conformance.rs`) through [`crate::store_conformance_tests`],
+//! so the backends cannot drift apart the way the reference's two did.
+
+use uuid::Uuid;
+
+use super::Store;
+use super::model::{
+    DepartureKind, Link, LinkStatus, Name, Registration, ReplicaRef, ReportedConnection, Route,
+    RouteStatus, SessionState,
+};
+use crate::store::StoreError;
+
+/// Expands to one `#[tokio::test]` per conformance case. `$make` is an
+/// expression of a future yielding something that derefs to a fresh store.
+#[macro_export]
+macro_rules! store_conformance_tests {
+    ($make:expr) => {
+        $crate::store_conformance_tests!(@cases $make;
+            session_starts_registering_and_creates_record,
+            generations_increase_store_wide,
+            reregistration_replaces_session,
+            mark_ready_only_for_current_session,
+            end_session_records_departure,
+            late_end_of_replaced_session_changes_nothing,
+            announcements_require_current_session,
+            announcements_keep_creation_order,
+            drop_templates_before_generation,
+            received_links_deduplicate_and_reset,
+            forget_node_only_when_unchanged,
+            links_and_routes_round_trip,
+            desired_state_filters_deleted_and_foreign,
+            nodes_listed_by_id,
+            segments_round_trip,
+            segment_edges_are_undirected_and_idempotent,
+            edges_of_a_missing_segment_fail
+        );
+    };
+    (@cases $make:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $case() {
+                let store = $make.await;
+                $crate::store::conformance::$case(&*store).await;
+            }
+        )*
+    };
+}
+
+fn owner() -> ReplicaRef {
+    ReplicaRef {
+        id: "replica-a".into(),
+        incarnation: 1,
+    }
+}
+
+fn mk_registration(id: &str) -> Registration {
+    Registration {
+        node_id: id.into(),
+        group: id.split('/').next().map(str::to_string),
+        reported_connections: vec![ReportedConnection {
+            link_id: "l-1".into(),
+            incoming: false,
+        }],
+        ..Registration::default()
+    }
+}
+
+fn mk_name(last: &str) -> Name {
+    Name {
+        components: ["org".into(), "ns".into(), last.into()],
+        id: None,
+    }
+}
+
+fn mk_link(id: &str, source: &str, deleted: bool) -> Link {
+    Link {
+        link_id: id.into(),
+        source_node: source.into(),
+        source_group: "a".into(),
+        dest_group: "b".into(),
+        dest_node: None,
+        dest_endpoint: "http://10.0.0.2:46357".into(),
+        config_data: "{}".into(),
+        status: LinkStatus::Pending,
+        status_msg: String::new(),
+        deleted,
+        updated_at: 0,
+    }
+}
+
+fn mk_route(id: &str, source: &str, link: &str, status: RouteStatus) -> Route {
+    Route {
+        id: id.into(),
+        source_node: source.into(),
+        dest_node: "b/n1".into(),
+        link_id: link.into(),
+        name: mk_name("app"),
+        status,
+        status_msg: String::new(),
+        updated_at: 0,
+    }
+}
+
+async fn start(store: &dyn Store, id: &str) -> super::SessionStart {
+    store
+        .begin_session(mk_registration(id), owner())
+        .await
+        .expect("begin_session")
+}
+
+pub async fn session_starts_registering_and_creates_record(store: &dyn Store) {
+    let started = start(store, "a/n1").await;
+    assert_eq!(started.session.state, SessionState::Registering);
+    assert_eq!(started.replaced, None);
+    let rec = store.get_node("a/n1").await.unwrap().expect("record");
+    assert_eq!(rec.group.as_deref(), Some("a"));
+    assert_eq!(rec.session.as_ref(), Some(&started.session));
+    assert_eq!(rec.generation, started.session.generation);
+    assert_eq!(rec.reported_connections.len(), 1);
+    assert!(rec.ready_session().is_none());
+}
+
+pub async fn generations_increase_store_wide(store: &dyn Store) {
+    let g1 = start(store, "a/n1").await.session.generation;
+    let g2 = start(store, "b/n1").await.session.generation;
+    let g3 = start(store, "a/n1").await.session.generation;
+    assert!(g1 < g2 && g2 < g3, "{g1} {g2} {g3}");
+    let s = start(store, "c/n1").await.session;
+    store
+        .end_session("c/n1", s.id, DepartureKind::Deregistered)
+        .await
+        .unwrap();
+    assert!(store.forget_node("c/n1", s.generation).await.unwrap());
+    let again = start(store, "c/n1").await.session.generation;
+    assert!(again > s.generation, "a recreated record continues upward");
+}
+
+pub async fn reregistration_replaces_session(store: &dyn Store) {
+    let first = start(store, "a/n1").await.session;
+    let second = start(store, "a/n1").await;
+    assert_eq!(second.replaced.as_ref(), Some(&first));
+    assert_ne!(second.session.id, first.id);
+    let rec = store.get_node("a/n1").await.unwrap().unwrap();
+    assert_eq!(rec.session.map(|s| s.id), Some(second.session.id));
+}
+
+pub async fn mark_ready_only_for_current_session(store: &dyn Store) {
+    let first = start(store, "a/n1").await.session;
+    let second = start(store, "a/n1").await.session;
+    assert!(!store.mark_ready("a/n1", first.id).await.unwrap());
+    assert!(!store.mark_ready("a/nobody", first.id).await.unwrap());
+    assert!(store.mark_ready("a/n1", second.id).await.unwrap());
+    assert!(
+        store.mark_ready("a/n1", second.id).await.unwrap(),
+        "idempotent"
+    );
+    let rec = store.get_node("a/n1").await.unwrap().unwrap();
+    assert_eq!(rec.ready_session().map(|s| s.id), Some(second.id));
+}
+
+pub async fn end_session_records_departure(store: &dyn Store) {
+    let s = start(store, "a/n1").await.session;
+    store
+        .record_received("a/n1", s.id, &["l-9".into()])
+        .await
+        .unwrap();
+    assert!(
+        store
+            .end_session("a/n1", s.id, DepartureKind::Crash)
+            .await
+            .unwrap()
+    );
+    let rec = store
+        .get_node("a/n1")
+        .await
+        .unwrap()
+        .expect("crash keeps the record");
+    assert!(!rec.is_connected());
+    let dep = rec.departure.expect("departure");
+    assert_eq!(
+        (dep.generation, dep.kind),
+        (s.generation, DepartureKind::Crash)
+    );
+    assert!(rec.received_links.is_empty());
+    let next = start(store, "a/n1").await;
+    assert_eq!(next.replaced, None, "an ended session is not replaced");
+    let rec = store.get_node("a/n1").await.unwrap().unwrap();
+    assert_eq!(rec.departure, None, "a new session clears the departure");
+}
+
+pub async fn late_end_of_replaced_session_changes_nothing(store: &dyn Store) {
+    let old = start(store, "a/n1").await.session;
+    let new = start(store, "a/n1").await.session;
+    assert!(
+        !store
+            .end_session("a/n1", old.id, DepartureKind::Crash)
+            .await
+            .unwrap()
+    );
+    let rec = store.get_node("a/n1").await.unwrap().unwrap();
+    assert_eq!(rec.session.map(|s| s.id), Some(new.id));
+    assert_eq!(rec.departure, None);
+}
+
+pub async fn announcements_require_current_session(store: &dyn Store) {
+    let old = start(store, "a/n1").await.session;
+    let new = start(store, "a/n1").await.session;
+    let err = store
+        .record_announcements("a/n1", old.id, &[mk_name("x")], &[])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::StaleSession { .. }), "{err:?}");
+    let err = store
+        .record_received("a/n1", old.id, &["l-1".into()])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::StaleSession { .. }), "{err:?}");
+    assert!(store.list_templates().await.unwrap().is_empty());
+    store
+        .record_announcements("a/n1", new.id, &[mk_name("x")], &[])
+        .await
+        .unwrap();
+    let templates = store.list_templates().await.unwrap();
+    assert_eq!(templates.len(), 1);
+    assert_eq!(templates[0].generation, new.generation);
+    assert_eq!(templates[0].node, "a/n1");
+}
+
+pub async fn announcements_keep_creation_order(store: &dyn Store) {
+    let a = start(store, "a/n1").await.session;
+    let b = start(store, "b/n1").await.session;
+    store
+        .record_announcements("b/n1", b.id, &[mk_name("x")], &[])
+        .await
+        .unwrap();
+    store
+        .record_announcements("a/n1", a.id, &[mk_name("x"), mk_name("y")], &[])
+        .await
+        .unwrap();
+    store
+        .record_announcements("b/n1", b.id, &[mk_name("x")], &[mk_name("never")])
+        .await
+        .unwrap();
+    let order: Vec<(String, String)> = store
+        .list_templates()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.node, t.name.components[2].clone()))
+        .collect();
+    let expected =
+        [("b/n1", "x"), ("a/n1", "x"), ("a/n1", "y")].map(|(n, x)| (n.to_string(), x.to_string()));
+    assert_eq!(order, expected, "re-announcing keeps the original position");
+    store
+        .record_announcements("a/n1", a.id, &[], &[mk_name("x")])
+        .await
+        .unwrap();
+    assert_eq!(store.list_templates().await.unwrap().len(), 2);
+}
+
+pub async fn drop_templates_before_generation(store: &dyn Store) {
+    let old = start(store, "a/n1").await.session;
+    store
+        .record_announcements("a/n1", old.id, &[mk_name("old")], &[])
+        .await
+        .unwrap();
+    let new = start(store, "a/n1").await.session;
+    store
+        .record_announcements("a/n1", new.id, &[mk_name("new")], &[])
+        .await
+        .unwrap();
+    let other = start(store, "b/n1").await.session;
+    store
+        .record_announcements("b/n1", other.id, &[mk_name("old")], &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .drop_templates_before("a/n1", new.generation)
+            .await
+            .unwrap(),
+        1
+    );
+    let left: Vec<_> = store.list_templates().await.unwrap();
+    assert_eq!(left.len(), 2);
+    assert!(
+        left.iter()
+            .all(|t| t.node != "a/n1" || t.name.components[2] == "new")
+    );
+    assert_eq!(
+        store.drop_templates_before("a/n1", u64::MAX).await.unwrap(),
+        1
+    );
+    assert_eq!(store.list_templates().await.unwrap().len(), 1);
+}
+
+pub async fn received_links_deduplicate_and_reset(store: &dyn Store) {
+    let s = start(store, "a/n1").await.session;
+    for ids in [vec!["l-1".to_string(), "l-2".into()], vec!["l-2".into()]] {
+        store.record_received("a/n1", s.id, &ids).await.unwrap();
+    }
+    let rec = store.get_node("a/n1").await.unwrap().unwrap();
+    assert_eq!(rec.received_links, vec!["l-1".to_string(), "l-2".into()]);
+    start(store, "a/n1").await;
+    let rec = store.get_node("a/n1").await.unwrap().unwrap();
+    assert!(
+        rec.received_links.is_empty(),
+        "claims belong to one session"
+    );
+}
+
+pub async fn forget_node_only_when_unchanged(store: &dyn Store) {
+    let s = start(store, "a/n1").await.session;
+    assert!(
+        !store.forget_node("a/n1", s.generation).await.unwrap(),
+        "connected"
+    );
+    store
+        .end_session("a/n1", s.id, DepartureKind::Deregistered)
+        .await
+        .unwrap();
+    assert!(!store.forget_node("a/n1", s.generation - 1).await.unwrap());
+    assert!(store.forget_node("a/n1", s.generation).await.unwrap());
+    assert_eq!(store.get_node("a/n1").await.unwrap(), None);
+    assert!(!store.forget_node("a/n1", s.generation).await.unwrap());
+    let _: Uuid = s.id;
+}
+
+pub async fn links_and_routes_round_trip(store: &dyn Store) {
+    let mut link = mk_link("l-1", "a/n1", false);
+    store.put_link(link.clone()).await.unwrap();
+    link.status = LinkStatus::Applied;
+    link.dest_node = Some("b/n1".into());
+    store.put_link(link.clone()).await.unwrap();
+    assert_eq!(store.list_links().await.unwrap(), vec![link]);
+    let route = mk_route("r-1", "a/n1", "l-1", RouteStatus::Pending);
+    store.put_route(route.clone()).await.unwrap();
+    assert_eq!(store.list_routes().await.unwrap(), vec![route]);
+    assert!(store.delete_route("r-1").await.unwrap());
+    assert!(!store.delete_route("r-1").await.unwrap());
+    assert!(store.delete_link("l-1").await.unwrap());
+    assert!(!store.delete_link("l-1").await.unwrap());
+    assert!(store.list_links().await.unwrap().is_empty());
+    assert!(store.list_routes().await.unwrap().is_empty());
+}
+
+pub async fn desired_state_filters_deleted_and_foreign(store: &dyn Store) {
+    store.put_link(mk_link("l-1", "a/n1", false)).await.unwrap();
+    store.put_link(mk_link("l-2", "a/n1", true)).await.unwrap();
+    store.put_link(mk_link("l-3", "a/n2", false)).await.unwrap();
+    for route in [
+        mk_route("r-1", "a/n1", "l-1", RouteStatus::Applied),
+        mk_route("r-2", "a/n1", "l-1", RouteStatus::Deleted),
+        mk_route("r-3", "a/n1", "l-2", RouteStatus::Pending),
+        mk_route("r-4", "a/n2", "l-3", RouteStatus::Pending),
+    ] {
+        store.put_route(route).await.unwrap();
+    }
+    let desired = store.desired_for_node("a/n1").await.unwrap();
+    let links: Vec<_> = desired.links.iter().map(|l| l.link_id.as_str()).collect();
+    let routes: Vec<_> = desired.routes.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(links, ["l-1"]);
+    assert_eq!(routes, ["r-1"]);
+    let none = store.desired_for_node("z/n9").await.unwrap();
+    assert!(none.links.is_empty() && none.routes.is_empty());
+}
+
+pub async fn nodes_listed_by_id(store: &dyn Store) {
+    for id in ["b/n2", "a/n1", "b/n1"] {
+        start(store, id).await;
+    }
+    let ids: Vec<String> = store
+        .list_nodes()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|n| n.id)
+        .collect();
+    assert_eq!(ids, ["a/n1", "b/n1", "b/n2"]);
+}
+
+pub async fn segments_round_trip(store: &dyn Store) {
+    assert!(store.add_segment("blue").await.unwrap());
+    assert!(store.add_segment("default").await.unwrap());
+    assert!(store.add_segment_edge("blue", "b", "a").await.unwrap());
+    assert!(
+        !store.add_segment("blue").await.unwrap(),
+        "exists; edges kept"
+    );
+    let segments = store.list_segments().await.unwrap();
+    let names: Vec<_> = segments.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["blue", "default"]);
+    assert_eq!(segments[0].edges, [("a".to_string(), "b".to_string())]);
+    assert!(store.remove_segment("blue").await.unwrap());
+    assert!(!store.remove_segment("blue").await.unwrap());
+    assert!(store.add_segment("blue").await.unwrap());
+    assert!(
+        store.list_segments().await.unwrap()[0].edges.is_empty(),
+        "edges went with it"
+    );
+}
+
+pub async fn segment_edges_are_undirected_and_idempotent(store: &dyn Store) {
+    store.add_segment("s").await.unwrap();
+    assert!(store.add_segment_edge("s", "x", "y").await.unwrap());
+    assert!(!store.add_segment_edge("s", "y", "x").await.unwrap());
+    assert!(store.add_segment_edge("s", "c", "a").await.unwrap());
+    let edges = store.list_segments().await.unwrap()[0].edges.clone();
+    let want = [("a", "c"), ("x", "y")].map(|(a, b)| (a.to_string(), b.to_string()));
+    assert_eq!(edges, want);
+    assert!(store.remove_segment_edge("s", "y", "x").await.unwrap());
+    assert!(!store.remove_segment_edge("s", "x", "y").await.unwrap());
+}
+
+pub async fn edges_of_a_missing_segment_fail(store: &dyn Store) {
+    let err = store.add_segment_edge("nope", "a", "b").await.unwrap_err();
+    assert_eq!(err, StoreError::SegmentNotFound("nope".into()));
+    let err = store
+        .remove_segment_edge("nope", "a", "b")
+        .await
+        .unwrap_err();
+    assert_eq!(err, StoreError::SegmentNotFound("nope".into()));
+    assert!(store.list_segments().await.unwrap().is_empty());
+}

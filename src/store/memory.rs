@@ -1,0 +1,312 @@
+//! The in-memory backend: one replica, state lost on restart (like the
+//! reference control plane's default). All state sits behind one mutex held
+//! only for the few map operations of a call, never across an await.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use super::model::{
+    Departure, DepartureKind, DesiredState, Link, Name, NodeRecord, Registration, ReplicaRef,
+    Route, Segment, Session, SessionState, Template, edge,
+};
+use super::{SessionStart, Store, StoreError};
+use crate::clock::unix_now;
+
+#[derive(Default)]
+struct State {
+    nodes: BTreeMap<String, NodeRecord>,
+    /// Keyed by (node, name) so a node's templates are one range.
+    templates: BTreeMap<(String, Name), Template>,
+    links: BTreeMap<String, Link>,
+    routes: BTreeMap<String, Route>,
+    segments: BTreeMap<String, BTreeSet<(String, String)>>,
+    /// Last generation and template sequence issued.
+    generation: u64,
+    seq: u64,
+}
+
+impl State {
+    /// The node's record if `session` is its current session.
+    fn current(&mut self, node: &str, session: Uuid) -> Result<&mut NodeRecord, StoreError> {
+        match self.nodes.get_mut(node) {
+            Some(rec) if rec.session.as_ref().is_some_and(|s| s.id == session) => Ok(rec),
+            _ => Err(StoreError::StaleSession {
+                node: node.to_string(),
+                session,
+            }),
+        }
+    }
+
+    fn segment(&mut self, name: &str) -> Result<&mut BTreeSet<(String, String)>, StoreError> {
+        self.segments
+            .get_mut(name)
+            .ok_or_else(|| StoreError::SegmentNotFound(name.to_string()))
+    }
+}
+
+/// The memory store. Cheap to share behind an `Arc`.
+#[derive(Default)]
+pub struct MemoryStore {
+    state: Mutex<State>,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave a half-applied change:
+        // every method validates before it mutates. Keep serving.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn new_record(registration: &Registration) -> NodeRecord {
+    NodeRecord {
+        id: registration.node_id.clone(),
+        group: None,
+        connection_details: Vec::new(),
+        reported_connections: Vec::new(),
+        reported_routes: Vec::new(),
+        received_links: Vec::new(),
+        session: None,
+        generation: 0,
+        departure: None,
+        updated_at: 0,
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn begin_session(
+        &self,
+        registration: Registration,
+        owner: ReplicaRef,
+    ) -> Result<SessionStart, StoreError> {
+        let mut st = self.lock();
+        st.generation += 1;
+        let generation = st.generation;
+        let rec = st
+            .nodes
+            .entry(registration.node_id.clone())
+            .or_insert_with(|| new_record(&registration));
+        let session = Session {
+            id: Uuid::new_v4(),
+            generation,
+            owner,
+            state: SessionState::Registering,
+        };
+        let replaced = rec.session.replace(session.clone());
+        rec.group = registration.group;
+        rec.connection_details = registration.connection_details;
+        rec.reported_connections = registration.reported_connections;
+        rec.reported_routes = registration.reported_routes;
+        rec.received_links.clear();
+        rec.generation = generation;
+        rec.departure = None;
+        rec.updated_at = unix_now();
+        Ok(SessionStart { session, replaced })
+    }
+
+    async fn mark_ready(&self, node: &str, session: Uuid) -> Result<bool, StoreError> {
+        let mut st = self.lock();
+        let Ok(rec) = st.current(node, session) else {
+            return Ok(false);
+        };
+        if let Some(s) = rec.session.as_mut() {
+            s.state = SessionState::Ready;
+        }
+        rec.updated_at = unix_now();
+        Ok(true)
+    }
+
+    async fn end_session(
+        &self,
+        node: &str,
+        session: Uuid,
+        kind: DepartureKind,
+    ) -> Result<bool, StoreError> {
+        let mut st = self.lock();
+        let Ok(rec) = st.current(node, session) else {
+            return Ok(false);
+        };
+        let generation = rec.session.take().map_or(rec.generation, |s| s.generation);
+        rec.departure = Some(Departure { generation, kind });
+        rec.received_links.clear();
+        rec.updated_at = unix_now();
+        Ok(true)
+    }
+
+    async fn record_announcements(
+        &self,
+        node: &str,
+        session: Uuid,
+        set: &[Name],
+        withdraw: &[Name],
+    ) -> Result<(), StoreError> {
+        let mut st = self.lock();
+        let generation = st.current(node, session)?.generation;
+        for name in withdraw {
+            st.templates.remove(&(node.to_string(), name.clone()));
+        }
+        for name in set {
+            let key = (node.to_string(), name.clone());
+            if let Some(t) = st.templates.get_mut(&key) {
+                t.generation = generation;
+                continue;
+            }
+            st.seq += 1;
+            let template = Template {
+                name: name.clone(),
+                node: node.to_string(),
+                generation,
+                seq: st.seq,
+            };
+            st.templates.insert(key, template);
+        }
+        Ok(())
+    }
+
+    async fn record_received(
+        &self,
+        node: &str,
+        session: Uuid,
+        link_ids: &[String],
+    ) -> Result<(), StoreError> {
+        let mut st = self.lock();
+        let rec = st.current(node, session)?;
+        for id in link_ids {
+            if !rec.received_links.contains(id) {
+                rec.received_links.push(id.clone());
+            }
+        }
+        rec.updated_at = unix_now();
+        Ok(())
+    }
+
+    async fn get_node(&self, node: &str) -> Result<Option<NodeRecord>, StoreError> {
+        Ok(self.lock().nodes.get(node).cloned())
+    }
+
+    async fn list_nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
+        Ok(self.lock().nodes.values().cloned().collect())
+    }
+
+    async fn forget_node(&self, node: &str, generation: u64) -> Result<bool, StoreError> {
+        let mut st = self.lock();
+        let forgettable = st
+            .nodes
+            .get(node)
+            .is_some_and(|r| r.session.is_none() && r.generation == generation);
+        if forgettable {
+            st.nodes.remove(node);
+        }
+        Ok(forgettable)
+    }
+
+    async fn list_templates(&self) -> Result<Vec<Template>, StoreError> {
+        let mut all: Vec<Template> = self.lock().templates.values().cloned().collect();
+        all.sort_by_key(|t| t.seq);
+        Ok(all)
+    }
+
+    async fn drop_templates_before(
+        &self,
+        node: &str,
+        generation: u64,
+    ) -> Result<usize, StoreError> {
+        let mut st = self.lock();
+        let before = st.templates.len();
+        st.templates
+            .retain(|(n, _), t| n != node || t.generation >= generation);
+        Ok(before - st.templates.len())
+    }
+
+    async fn put_link(&self, link: Link) -> Result<(), StoreError> {
+        self.lock().links.insert(link.link_id.clone(), link);
+        Ok(())
+    }
+
+    async fn delete_link(&self, link_id: &str) -> Result<bool, StoreError> {
+        Ok(self.lock().links.remove(link_id).is_some())
+    }
+
+    async fn list_links(&self) -> Result<Vec<Link>, StoreError> {
+        Ok(self.lock().links.values().cloned().collect())
+    }
+
+    async fn put_route(&self, route: Route) -> Result<(), StoreError> {
+        self.lock().routes.insert(route.id.clone(), route);
+        Ok(())
+    }
+
+    async fn delete_route(&self, id: &str) -> Result<bool, StoreError> {
+        Ok(self.lock().routes.remove(id).is_some())
+    }
+
+    async fn list_routes(&self) -> Result<Vec<Route>, StoreError> {
+        Ok(self.lock().routes.values().cloned().collect())
+    }
+
+    async fn desired_for_node(&self, node: &str) -> Result<DesiredState, StoreError> {
+        let st = self.lock();
+        let links: Vec<Link> = st
+            .links
+            .values()
+            .filter(|l| l.source_node == node && !l.deleted)
+            .cloned()
+            .collect();
+        let routes = st
+            .routes
+            .values()
+            .filter(|r| r.source_node == node && !r.is_deleted())
+            .filter(|r| links.iter().any(|l| l.link_id == r.link_id))
+            .cloned()
+            .collect();
+        Ok(DesiredState { links, routes })
+    }
+
+    async fn list_segments(&self) -> Result<Vec<Segment>, StoreError> {
+        let st = self.lock();
+        Ok(st
+            .segments
+            .iter()
+            .map(|(name, edges)| Segment {
+                name: name.clone(),
+                edges: edges.iter().cloned().collect(),
+            })
+            .collect())
+    }
+
+    async fn add_segment(&self, name: &str) -> Result<bool, StoreError> {
+        let mut st = self.lock();
+        if st.segments.contains_key(name) {
+            return Ok(false);
+        }
+        st.segments.insert(name.to_string(), BTreeSet::new());
+        Ok(true)
+    }
+
+    async fn remove_segment(&self, name: &str) -> Result<bool, StoreError> {
+        Ok(self.lock().segments.remove(name).is_some())
+    }
+
+    async fn add_segment_edge(&self, segment: &str, a: &str, b: &str) -> Result<bool, StoreError> {
+        Ok(self.lock().segment(segment)?.insert(edge(a, b)))
+    }
+
+    async fn remove_segment_edge(
+        &self,
+        segment: &str,
+        a: &str,
+        b: &str,
+    ) -> Result<bool, StoreError> {
+        Ok(self.lock().segment(segment)?.remove(&edge(a, b)))
+    }
+}

@@ -1,0 +1,171 @@
+//! The store: durable facts about nodes and the desired state derived from
+//! them. One interface, two backends (memory for a single replica, Postgres
+//! for HA), one conformance suite ([`conformance`]) that both must pass.
+//!
+//! Writers fall in two roles. The replica that owns a node's stream records
+//! *facts* (registration, announcements, claims, session end), each guarded by
+//! the session id so a replaced session cannot write. The leader writes
+//! *derivations* (links, routes, cleanup). Every method documents its contract;
+//! the conformance suite checks each clause.
+
+pub mod conformance;
+mod memory;
+pub mod model;
+mod retry;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+pub use memory::MemoryStore;
+use model::{
+    DepartureKind, DesiredState, Link, Name, NodeRecord, Registration, ReplicaRef, Route, Segment,
+    Session, Template,
+};
+pub use retry::retry_unavailable;
+
+/// Why a store call failed.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum StoreError {
+    /// The session named is no longer the node's current one: the fact
+    /// belongs to a replaced or ended session and was not recorded.
+    #[error("session {session} of node {node} is not current")]
+    StaleSession { node: String, session: Uuid },
+    /// The node has no record.
+    #[error("node {0} not found")]
+    NodeNotFound(String),
+    /// No segment of that name.
+    #[error("segment {0} not found")]
+    SegmentNotFound(String),
+    /// The backend could not be reached or failed; the call may be retried.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// The result of starting a session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionStart {
+    pub session: Session,
+    /// The session this one replaced, if the node was still connected: its
+    /// owner must close that stream.
+    pub replaced: Option<Session>,
+}
+
+/// Storage for nodes, sessions, facts and desired state.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Records a registration and starts a new session for it, in state
+    /// `Registering`, owned by `owner`. Creates the node record if needed,
+    /// otherwise replaces its registration facts. The new session gets a
+    /// generation higher than any issued before (store-wide), clears the
+    /// node's `received_links` and `departure`, and replaces any current
+    /// session, which is returned in `replaced`.
+    async fn begin_session(
+        &self,
+        registration: Registration,
+        owner: ReplicaRef,
+    ) -> Result<SessionStart, StoreError>;
+
+    /// Moves `session` to `Ready` if it is still the node's current session.
+    /// Returns whether it was current. Idempotent.
+    async fn mark_ready(&self, node: &str, session: Uuid) -> Result<bool, StoreError>;
+
+    /// Ends `session` if it is still the node's current session: the node has
+    /// no session afterwards and its `departure` records the session's
+    /// generation and `kind`. Returns whether it was current; a late end of a
+    /// replaced session changes nothing and returns `false`.
+    async fn end_session(
+        &self,
+        node: &str,
+        session: Uuid,
+        kind: DepartureKind,
+    ) -> Result<bool, StoreError>;
+
+    /// Records names the node announced (`set`) and withdrew (`withdraw`) as
+    /// templates `* -> node`, tagged with the session's generation. Setting an
+    /// announced name again keeps its original `seq`; withdrawing an unknown
+    /// name is not an error. Fails with `StaleSession` unless `session` is
+    /// current, recording nothing.
+    async fn record_announcements(
+        &self,
+        node: &str,
+        session: Uuid,
+        set: &[Name],
+        withdraw: &[Name],
+    ) -> Result<(), StoreError>;
+
+    /// Adds link ids the node reported as received (`connections_received`)
+    /// to its `received_links`, without duplicates. Fails with `StaleSession`
+    /// unless `session` is current, recording nothing.
+    async fn record_received(
+        &self,
+        node: &str,
+        session: Uuid,
+        link_ids: &[String],
+    ) -> Result<(), StoreError>;
+
+    /// The node's record, if any.
+    async fn get_node(&self, node: &str) -> Result<Option<NodeRecord>, StoreError>;
+
+    /// Every node record, ordered by id.
+    async fn list_nodes(&self) -> Result<Vec<NodeRecord>, StoreError>;
+
+    /// Deletes the node's record if it has no session and its latest
+    /// generation is still `generation` (nobody re-registered meanwhile).
+    /// Templates, links and routes are not touched. Returns whether it deleted.
+    async fn forget_node(&self, node: &str, generation: u64) -> Result<bool, StoreError>;
+
+    /// Every template, ordered by `seq` (oldest first).
+    async fn list_templates(&self) -> Result<Vec<Template>, StoreError>;
+
+    /// Deletes the node's templates whose generation is lower than
+    /// `generation` (`u64::MAX` deletes them all). Returns how many went.
+    async fn drop_templates_before(&self, node: &str, generation: u64)
+    -> Result<usize, StoreError>;
+
+    /// Inserts or replaces the link with the same `link_id`.
+    async fn put_link(&self, link: Link) -> Result<(), StoreError>;
+
+    /// Deletes the link for good. Returns whether it existed.
+    async fn delete_link(&self, link_id: &str) -> Result<bool, StoreError>;
+
+    /// Every link, deleted ones included, ordered by `link_id`.
+    async fn list_links(&self) -> Result<Vec<Link>, StoreError>;
+
+    /// Inserts or replaces the route with the same `id`.
+    async fn put_route(&self, route: Route) -> Result<(), StoreError>;
+
+    /// Deletes the route for good. Returns whether it existed.
+    async fn delete_route(&self, id: &str) -> Result<bool, StoreError>;
+
+    /// Every route, ordered by `id`.
+    async fn list_routes(&self) -> Result<Vec<Route>, StoreError>;
+
+    /// What the node should hold: the links it sources that are not deleted,
+    /// and the routes it sources that are not deleted and whose link is among
+    /// those links.
+    async fn desired_for_node(&self, node: &str) -> Result<DesiredState, StoreError>;
+
+    /// Every API-mode segment with its edges, ordered by name (edges sorted).
+    async fn list_segments(&self) -> Result<Vec<Segment>, StoreError>;
+
+    /// Creates an empty segment. Returns false if it already existed (its
+    /// edges are kept).
+    async fn add_segment(&self, name: &str) -> Result<bool, StoreError>;
+
+    /// Deletes a segment and its edges. Returns whether it existed.
+    async fn remove_segment(&self, name: &str) -> Result<bool, StoreError>;
+
+    /// Adds the undirected edge `a`–`b` to a segment (`b`–`a` is the same
+    /// edge). Returns false if it was already there. Fails with
+    /// `SegmentNotFound` if the segment does not exist.
+    async fn add_segment_edge(&self, segment: &str, a: &str, b: &str) -> Result<bool, StoreError>;
+
+    /// Removes the undirected edge `a`–`b`. Returns whether it was there.
+    /// Fails with `SegmentNotFound` if the segment does not exist.
+    async fn remove_segment_edge(
+        &self,
+        segment: &str,
+        a: &str,
+        b: &str,
+    ) -> Result<bool, StoreError>;
+}

@@ -1,0 +1,64 @@
+//! The streams this replica owns, by node id. Removal is guarded by session
+//! id, so the late close of a replaced stream cannot remove its successor.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use uuid::Uuid;
+
+use super::NodeStream;
+
+#[derive(Default)]
+pub struct Registry {
+    streams: Mutex<HashMap<String, Arc<NodeStream>>>,
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<NodeStream>>> {
+        self.streams.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes `stream` the node's stream; the one it replaces is closed.
+    pub fn insert(&self, stream: Arc<NodeStream>) {
+        let replaced = self.lock().insert(stream.node().to_string(), stream);
+        if let Some(old) = replaced {
+            old.close();
+        }
+    }
+
+    /// Removes and closes the node's stream if it still belongs to `session`.
+    pub fn remove(&self, node: &str, session: Uuid) -> bool {
+        let removed = {
+            let mut map = self.lock();
+            match map.get(node) {
+                Some(s) if s.session() == session => map.remove(node),
+                _ => None,
+            }
+        };
+        removed.map(|s| s.close()).is_some()
+    }
+
+    pub fn get(&self, node: &str) -> Option<Arc<NodeStream>> {
+        self.lock().get(node).cloned()
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Closes every stream (shutdown): their nodes reconnect elsewhere.
+    pub fn close_all(&self) {
+        let all: Vec<_> = self.lock().drain().map(|(_, s)| s).collect();
+        for s in all {
+            s.close();
+        }
+    }
+}

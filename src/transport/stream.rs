@@ -1,0 +1,306 @@
+//! One node's control stream as seen by the replica that owns it: the
+//! outbound half, the waiters for correlated replies, the registering/ready
+//! phase, and the per-node epoch gate.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tonic::Status;
+use uuid::Uuid;
+
+use super::TransportError;
+use crate::proto::sb;
+use crate::proto::sb::control_message::Payload;
+
+/// Outbound messages to the node; an `Err` ends the stream with that status.
+pub type Outbound = mpsc::Sender<Result<sb::ControlMessage, Status>>;
+
+/// A node's correlated reply.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    CommandAck(sb::ConfigurationCommandAck),
+    Connections(Vec<sb::ConnectionEntry>),
+    Routes(Vec<sb::RouteEntry>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Registering,
+    Ready,
+    Closed,
+}
+
+/// A waiter, with the list entries gathered so far for multi-message replies.
+enum Waiter {
+    Command(oneshot::Sender<Result<Reply, TransportError>>),
+    Connections(
+        Vec<sb::ConnectionEntry>,
+        oneshot::Sender<Result<Reply, TransportError>>,
+    ),
+    Routes(
+        Vec<sb::RouteEntry>,
+        oneshot::Sender<Result<Reply, TransportError>>,
+    ),
+}
+
+/// Waiters by the `message_id` of their request. `None` once closed, so a
+/// request racing the close cannot register a waiter nobody will fail.
+type Pending = Option<HashMap<String, Waiter>>;
+
+pub struct NodeStream {
+    node: String,
+    session: Uuid,
+    generation: u64,
+    out: Outbound,
+    phase: watch::Sender<Phase>,
+    pending: Mutex<Pending>,
+    /// Highest epoch of a command sent on this stream; held while sending so
+    /// commands leave in gate order.
+    gate: tokio::sync::Mutex<u64>,
+}
+
+impl NodeStream {
+    pub fn new(node: String, session: Uuid, generation: u64, out: Outbound) -> Self {
+        Self {
+            node,
+            session,
+            generation,
+            out,
+            phase: watch::Sender::new(Phase::Registering),
+            pending: Mutex::new(Some(HashMap::new())),
+            gate: tokio::sync::Mutex::new(0),
+        }
+    }
+
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    pub fn session(&self) -> Uuid {
+        self.session
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    fn pending(&self) -> MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The registration reply is on its way: requests may flow.
+    pub fn set_ready(&self) {
+        self.phase.send_if_modified(|p| {
+            let change = *p == Phase::Registering;
+            if change {
+                *p = Phase::Ready;
+            }
+            change
+        });
+    }
+
+    /// Ends the session on this replica: every waiter fails at once and no
+    /// new request is accepted. Idempotent.
+    pub fn close(&self) {
+        self.phase.send_replace(Phase::Closed);
+        // Dropping the senders wakes each waiter with an error.
+        self.pending().take();
+    }
+
+    pub fn is_closed(&self) -> bool {
+        *self.phase.borrow() == Phase::Closed
+    }
+
+    /// Resolves once the stream is closed by the control plane.
+    pub async fn closed(&self) {
+        let mut rx = self.phase.subscribe();
+        let _ = rx.wait_for(|p| *p == Phase::Closed).await;
+    }
+
+    /// Sends a message to the node outside any correlation (registration
+    /// and deregistration replies). Returns false if the stream is gone.
+    pub async fn send(&self, msg: sb::ControlMessage) -> bool {
+        self.out.send(Ok(msg)).await.is_ok()
+    }
+
+    /// Sends a request and waits for its reply.
+    pub async fn request(
+        &self,
+        payload: Payload,
+        timeout: Duration,
+    ) -> Result<Reply, TransportError> {
+        tokio::time::timeout(timeout, async {
+            self.wait_ready().await?;
+            let rx = self.dispatch(payload).await?;
+            Self::outcome(rx).await
+        })
+        .await
+        .map_err(|_| TransportError::Timeout(timeout))?
+    }
+
+    /// Sends a command through the epoch gate and waits for its ack.
+    pub async fn command(
+        &self,
+        command: sb::ConfigurationCommand,
+        epoch: u64,
+        timeout: Duration,
+    ) -> Result<Reply, TransportError> {
+        let result = tokio::time::timeout(timeout, async {
+            self.wait_ready().await?;
+            let rx = {
+                let mut highest = self.gate.lock().await;
+                if epoch < *highest {
+                    let highest = *highest;
+                    return Err(TransportError::Fenced { epoch, highest });
+                }
+                *highest = epoch;
+                self.dispatch(Payload::ConfigCommand(command)).await?
+            };
+            Self::outcome(rx).await
+        })
+        .await;
+        result.map_err(|_| TransportError::Timeout(timeout))?
+    }
+
+    async fn wait_ready(&self) -> Result<(), TransportError> {
+        let mut rx = self.phase.subscribe();
+        match rx.wait_for(|p| *p != Phase::Registering).await {
+            Ok(p) if *p == Phase::Ready => Ok(()),
+            _ => Err(TransportError::SessionEnded),
+        }
+    }
+
+    async fn dispatch(
+        &self,
+        payload: Payload,
+    ) -> Result<oneshot::Receiver<Result<Reply, TransportError>>, TransportError> {
+        let id = Uuid::new_v4().to_string();
+        let (tx, rx) = oneshot::channel();
+        let waiter = match payload {
+            Payload::ConnectionListRequest(_) => Waiter::Connections(Vec::new(), tx),
+            Payload::RouteListRequest(_) => Waiter::Routes(Vec::new(), tx),
+            _ => Waiter::Command(tx),
+        };
+        match self.pending().as_mut() {
+            Some(map) => map.insert(id.clone(), waiter),
+            None => return Err(TransportError::SessionEnded),
+        };
+        let msg = sb::ControlMessage {
+            message_id: id.clone(),
+            payload: Some(payload),
+        };
+        if !self.send(msg).await {
+            self.forget(&id);
+            return Err(TransportError::SessionEnded);
+        }
+        Ok(rx)
+    }
+
+    async fn outcome(
+        rx: oneshot::Receiver<Result<Reply, TransportError>>,
+    ) -> Result<Reply, TransportError> {
+        rx.await.unwrap_or(Err(TransportError::SessionEnded))
+    }
+
+    fn forget(&self, id: &str) {
+        if let Some(map) = self.pending().as_mut() {
+            map.remove(id);
+        }
+    }
+
+    /// Hands a reply from the node to its waiter. Returns false when no
+    /// waiter knows the id (the node acks things the control plane never
+    /// asked, e.g. after applying its registration reply): the caller
+    /// tolerates it.
+    pub fn deliver(&self, payload: Payload) -> bool {
+        let mut guard = self.pending();
+        let Some(map) = guard.as_mut() else {
+            return false;
+        };
+        match payload {
+            Payload::ConfigCommandAck(ack) => match map.remove(&ack.original_message_id) {
+                Some(Waiter::Command(tx)) => tx.send(Ok(Reply::CommandAck(ack))).is_ok(),
+                Some(other) => fail(other, "a command ack answered a list request"),
+                None => false,
+            },
+            Payload::Ack(ack) => match map.remove(&ack.original_message_id) {
+                Some(waiter) => deliver_plain_ack(waiter, ack),
+                None => false,
+            },
+            Payload::ConnectionListResponse(r) => {
+                gather(map, r.original_message_id, r.done, |w| match w {
+                    Waiter::Connections(acc, _) => {
+                        acc.extend(r.entries);
+                        true
+                    }
+                    _ => false,
+                })
+            }
+            Payload::RouteListResponse(r) => {
+                gather(map, r.original_message_id, r.done, |w| match w {
+                    Waiter::Routes(acc, _) => {
+                        acc.extend(r.entries);
+                        true
+                    }
+                    _ => false,
+                })
+            }
+            _ => false,
+        }
+    }
+}
+
+/// A plain `Ack`: a refusal fails the waiter with the node's messages; a
+/// success answers a command with an empty per-item ack.
+fn deliver_plain_ack(waiter: Waiter, ack: sb::Ack) -> bool {
+    let text = ack.messages.join("; ");
+    match waiter {
+        Waiter::Command(tx) if ack.success => tx
+            .send(Ok(Reply::CommandAck(sb::ConfigurationCommandAck {
+                original_message_id: ack.original_message_id,
+                ..Default::default()
+            })))
+            .is_ok(),
+        other if !ack.success => fail(other, &text),
+        other => fail(other, "a plain ack answered a list request"),
+    }
+}
+
+fn fail(waiter: Waiter, why: &str) -> bool {
+    let err = Err(TransportError::Refused(why.to_string()));
+    match waiter {
+        Waiter::Command(tx) | Waiter::Connections(_, tx) | Waiter::Routes(_, tx) => {
+            tx.send(err).is_ok()
+        }
+    }
+}
+
+/// Adds one part of a multi-message list reply (`add` says whether the
+/// waiter was of the matching kind); the part marked `done` completes the
+/// waiter with everything gathered.
+fn gather(
+    map: &mut HashMap<String, Waiter>,
+    id: String,
+    done: bool,
+    add: impl FnOnce(&mut Waiter) -> bool,
+) -> bool {
+    let Some(waiter) = map.get_mut(&id) else {
+        return false;
+    };
+    if !add(waiter) {
+        return map
+            .remove(&id)
+            .is_some_and(|w| fail(w, "a list reply of the wrong kind"));
+    }
+    if !done {
+        return true;
+    }
+    match map.remove(&id) {
+        Some(Waiter::Connections(acc, tx)) => tx.send(Ok(Reply::Connections(acc))).is_ok(),
+        Some(Waiter::Routes(acc, tx)) => tx.send(Ok(Reply::Routes(acc))).is_ok(),
+        Some(other) => fail(other, "a list reply of the wrong kind"),
+        None => false,
+    }
+}

@@ -1,0 +1,156 @@
+//! Shared helpers for integration tests: a replica on loopback, a raw node
+//! that speaks the southbound protocol message by message, and waits that
+//! dump state when they time out.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use slim_cp::proto::sb::control_message::Payload;
+use slim_cp::proto::sb::controller_service_client::ControllerServiceClient;
+use slim_cp::proto::{dp, sb};
+use slim_cp::server::{self, Options, Running};
+use slim_cp::store::MemoryStore;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
+
+/// Generous bound for things that happen promptly on a healthy machine.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+pub async fn start_replica(opts: Options) -> Running {
+    server::start(opts, Arc::new(MemoryStore::new()))
+        .await
+        .expect("replica starts")
+}
+
+pub async fn mk_replica() -> Running {
+    start_replica(Options::loopback()).await
+}
+
+/// Polls `check` until it yields `Some`, or panics with `what` and the
+/// last state `dump` describes.
+pub async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let mut last = String::new();
+    while tokio::time::Instant::now() < deadline {
+        match check().await {
+            Ok(v) => return v,
+            Err(state) => last = state,
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting for {what}; last state: {last}");
+}
+
+/// A node driven by hand: every message is the test's to send and read.
+pub struct RawNode {
+    pub tx: mpsc::Sender<sb::ControlMessage>,
+    pub rx: Streaming<sb::ControlMessage>,
+}
+
+impl RawNode {
+    /// Opens `OpenControlChannel`; returns once the response headers came.
+    pub async fn open(running: &Running) -> Result<RawNode, tonic::Status> {
+        let url = format!("http://{}", running.southbound_addr);
+        let mut client = ControllerServiceClient::connect(url)
+            .await
+            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        let (tx, out) = mpsc::channel(64);
+        let rx = client
+            .open_control_channel(ReceiverStream::new(out))
+            .await?
+            .into_inner();
+        Ok(RawNode { tx, rx })
+    }
+
+    pub async fn send(&self, payload: Payload) -> String {
+        let id = uuid::Uuid::new_v4().to_string();
+        let msg = sb::ControlMessage {
+            message_id: id.clone(),
+            payload: Some(payload),
+        };
+        self.tx.send(msg).await.expect("stream open");
+        id
+    }
+
+    /// The next message from the control plane, or the status ending the
+    /// stream (`Ok(None)` for a clean end).
+    pub async fn recv(&mut self) -> Result<Option<sb::ControlMessage>, tonic::Status> {
+        tokio::time::timeout(PATIENCE, self.rx.message())
+            .await
+            .expect("control plane answers in time")
+    }
+
+    /// Expects the stream to end with `code` and a message containing `text`.
+    pub async fn expect_end(&mut self, code: tonic::Code, text: &str) {
+        let status = self
+            .recv()
+            .await
+            .expect_err("the stream ends with an error");
+        assert_eq!(status.code(), code, "{status:?}");
+        assert!(status.message().contains(text), "{}", status.message());
+    }
+
+    /// Registers and returns the registration reply.
+    pub async fn register(&mut self, req: sb::RegisterNodeRequest) -> sb::RegisterNodeResponse {
+        let id = self.send(Payload::RegisterNodeRequest(req)).await;
+        match self.recv().await {
+            Ok(Some(sb::ControlMessage {
+                payload: Some(Payload::RegisterNodeResponse(resp)),
+                ..
+            })) => {
+                assert_eq!(resp.original_message_id, id);
+                resp
+            }
+            other => panic!("expected RegisterNodeResponse, got {other:?}"),
+        }
+    }
+
+    /// Opens and registers `group/node` in one go.
+    pub async fn connect(running: &Running, group: &str, node: &str) -> RawNode {
+        let mut raw = RawNode::open(running).await.expect("stream opens");
+        let resp = raw.register(mk_register(group, node)).await;
+        assert!(resp.success, "registration accepted");
+        raw
+    }
+}
+
+pub fn mk_register(group: &str, node: &str) -> sb::RegisterNodeRequest {
+    sb::RegisterNodeRequest {
+        node_id: node.into(),
+        group_name: Some(group.into()),
+        connection_details: vec![sb::ConnectionDetails {
+            endpoint: "0.0.0.0:46357".into(),
+            external_endpoint: Some(format!("{node}.{group}.example:46357")),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+pub fn mk_name(last: &str) -> dp::Name {
+    slim_cp::names::to_wire(&slim_cp::store::model::Name {
+        components: ["org".into(), "ns".into(), last.into()],
+        id: None,
+    })
+}
+
+pub fn announce(names: &[&str]) -> Payload {
+    Payload::ConfigCommand(sb::ConfigurationCommand {
+        routes_to_set: names
+            .iter()
+            .map(|n| sb::Route {
+                name: Some(mk_name(n)),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    })
+}

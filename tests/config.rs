@@ -1,0 +1,475 @@
+//! Configuration loading: reference configs load unchanged, bad ones are
+//! refused with the key and line, secrets never leak into messages.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use slim_cp::config::{
+    AdjacencyEntry, Config, ConfigError, DatabaseConfig, RegistrationAuthConfig, TopologyConfig,
+};
+
+fn load(yaml: &str) -> Config {
+    match Config::from_yaml_str(yaml) {
+        Ok(config) => config,
+        Err(e) => panic!("config refused: {e}\n---\n{yaml}"),
+    }
+}
+
+fn refuse(yaml: &str) -> String {
+    match Config::from_yaml_str(yaml) {
+        Ok(config) => panic!("config accepted: {config:?}\n---\n{yaml}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// The "Configuration Reference" block of the spec, verbatim.
+const SPEC_REFERENCE: &str = r#"
+tracing:
+  log_level: info  # trace, debug, info, warn, error
+
+northbound:
+  endpoint: "0.0.0.0:50051"
+  tls:
+    insecure: true  # or configure mTLS
+
+southbound:
+  endpoint: "0.0.0.0:50052"
+  tls:
+    insecure: true
+
+database:
+  type: in_memory  # or: type: sqlite, path: "/var/lib/slim/cp.db"
+
+# Topology section controls how groups are connected.
+# Present = config mode (config is source of truth, mutation APIs disabled).
+# Absent or empty = API mode (DB is source of truth, use slimctl to manage).
+
+# Config mode example (star topology):
+topology:
+  links:
+    - group: cloud
+      neighbors: ["*"]  # cloud connects to all groups
+  # Optional: segments for route isolation (see Topology section above)
+  # segments:
+  #   - name: segment-$group
+  #     links:
+  #       - group: cloud
+  #         neighbors: [$group]
+  # Registration authentication (optional).
+  # When configured, nodes must prove group membership to register.
+  # Omit entirely to accept all nodes (default).
+  #
+  # Shared secret example (one secret per group):
+  # registration_auth:
+  #   type: shared_secret
+  #   secrets:
+  #     cluster-a: "secret-for-cluster-a-min-32-bytes-long"
+  #     cluster-b: "secret-for-cluster-b-min-32-bytes-long"
+  #
+  # SPIRE example (trust domain = group name):
+  # registration_auth:
+  #   type: spire
+  #   socket_path: "/run/spire/agent-sockets/api.sock"
+
+# API mode example:
+# topology: {}
+
+reconciler:
+  # Max retry attempts per item before dropping (re-enqueued on next sweep).
+  max_requeues: 15
+
+  # Base delay for first retry. Exponential backoff: base * 2^(attempt-1), cap 30s.
+  base_retry_delay: "200ms"
+
+  # Interval for full reconciliation sweep. "0s" disables.
+  reconcile_period: "60s"
+
+  # Delete DP connections not tracked by the CP.
+  # Only enable in greenfield deployments where CP is sole source of truth.
+  enable_orphan_detection: false
+
+  # Parallel reconciler workers per queue (link and route).
+  workers: 4
+"#;
+
+/// Every key the reference's ServerConfig / TlsServerConfig accept.
+const EVERY_UPSTREAM_SERVER_KEY: &str = r#"
+northbound:
+  endpoint: "127.0.0.1:7051"
+  tls:
+    insecure: false
+    source: {type: file, cert: /certs/tls.crt, key: /certs/tls.key}
+    ca_source: {type: file, path: /certs/ca.crt}
+    include_system_ca_certs_pool: true
+    tls_version: tls1.3
+    reload_interval: {secs: 60, nanos: 0}
+    client_ca: {type: file, path: /certs/client-ca.crt}
+    reload_client_ca_file: false
+  http2_only: true
+  max_frame_size: 4
+  max_concurrent_streams: 100
+  max_header_list_size: 16384
+  read_buffer_size: 1048576
+  write_buffer_size: 1048576
+  keepalive:
+    max_connection_idle: 1h
+    max_connection_age: 2h
+    max_connection_age_grace: 5m
+    time: 2m
+    timeout: 20s
+  auth: {type: none}
+  metadata: {team: platform}
+  require_header_mac: true
+  negotiation_timeout_secs: 5
+  link_hmac_poll_interval_ms: 5
+southbound:
+  endpoint: "127.0.0.1:7052"
+  link_hmac_timeout_secs: 5
+  tls:
+    insecure: true
+    source: {type: spire, socket_path: /run/spire.sock, jwt_audiences: [slim]}
+    client_ca: {type: pem, data: "-----BEGIN CERTIFICATE-----"}
+tracing:
+  log_level: DEBUG
+  display_thread_names: true
+  display_thread_ids: false
+  filters: [slim_control_plane]
+  opentelemetry: {enabled: false, service_name: cp}
+"#;
+
+#[test]
+fn defaults_are_a_single_plaintext_replica_in_api_mode() {
+    let config = Config::default();
+    assert_eq!(config.tracing.log_level, "info");
+    assert_eq!(config.northbound.endpoint, "0.0.0.0:50051");
+    assert_eq!(config.southbound.endpoint, "0.0.0.0:50052");
+    assert!(config.northbound.tls.insecure && config.southbound.tls.insecure);
+    assert_eq!(config.database, DatabaseConfig::Memory);
+    assert!(config.topology.is_api_mode());
+    assert!(config.topology.registration_auth.is_none());
+    assert_eq!(config.reconciler.max_requeues, 15);
+    assert_eq!(
+        config.reconciler.base_retry_delay,
+        Duration::from_millis(200)
+    );
+    assert_eq!(config.reconciler.reconcile_period, Duration::from_secs(60));
+    assert!(!config.reconciler.enable_orphan_detection);
+    assert_eq!(config.reconciler.workers, 4);
+    assert!(config.ignored_keys().is_empty());
+    assert!(config.validate().is_ok());
+    assert_eq!(config.northbound.socket_addr().unwrap().port(), 50051);
+}
+
+#[test]
+fn empty_file_is_the_default() {
+    assert_eq!(load(""), Config::default());
+    assert_eq!(load("# only a comment\n"), Config::default());
+}
+
+#[test]
+fn spec_reference_example_loads() {
+    let config = load(SPEC_REFERENCE);
+    assert_eq!(config.database, DatabaseConfig::Memory);
+    assert_eq!(
+        config.topology.mode,
+        TopologyConfig::Links(vec![AdjacencyEntry {
+            group: "cloud".into(),
+            neighbors: vec!["*".into()],
+        }])
+    );
+    let defaults = Config::default();
+    assert_eq!(config.reconciler, defaults.reconciler);
+    assert_eq!(config.northbound, defaults.northbound);
+    assert!(config.ignored_keys().is_empty());
+}
+
+#[test]
+fn every_upstream_server_key_loads_and_unused_ones_are_listed() {
+    let config = load(EVERY_UPSTREAM_SERVER_KEY);
+    let tls = &config.northbound.tls;
+    assert!(!tls.insecure);
+    assert_eq!(tls.cert_file.as_deref(), Some(Path::new("/certs/tls.crt")));
+    assert_eq!(tls.key_file.as_deref(), Some(Path::new("/certs/tls.key")));
+    assert_eq!(
+        tls.client_ca_file.as_deref(),
+        Some(Path::new("/certs/client-ca.crt"))
+    );
+    assert!(config.southbound.tls.insecure);
+    assert_eq!(config.tracing.log_level, "debug");
+    let ignored = config.ignored_keys();
+    for key in [
+        "northbound.http2_only",
+        "northbound.max_frame_size",
+        "northbound.max_concurrent_streams",
+        "northbound.max_header_list_size",
+        "northbound.read_buffer_size",
+        "northbound.write_buffer_size",
+        "northbound.keepalive",
+        "northbound.auth",
+        "northbound.metadata",
+        "northbound.require_header_mac",
+        "northbound.negotiation_timeout_secs",
+        "northbound.link_hmac_poll_interval_ms",
+        "northbound.tls.ca_source",
+        "northbound.tls.include_system_ca_certs_pool",
+        "northbound.tls.tls_version",
+        "northbound.tls.reload_interval",
+        "northbound.tls.reload_client_ca_file",
+        "southbound.link_hmac_timeout_secs",
+        "southbound.tls.source",
+        "southbound.tls.client_ca",
+        "tracing.display_thread_names",
+        "tracing.display_thread_ids",
+        "tracing.filters",
+        "tracing.opentelemetry",
+    ] {
+        assert!(ignored.iter().any(|k| k == key), "{key} not in {ignored:?}");
+    }
+    assert!(
+        !ignored
+            .iter()
+            .any(|k| k.ends_with(".endpoint") || k.ends_with("tls.insecure"))
+    );
+}
+
+#[test]
+fn server_auth_is_refused_rather_than_dropped() {
+    let err = refuse(
+        "northbound:\n  endpoint: '0.0.0.0:1'\n  auth:\n    type: basic\n    password: hunter2\n",
+    );
+    assert!(err.starts_with("northbound.auth (line 4"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+}
+
+#[test]
+fn both_memory_names_and_sqlite_refused() {
+    for name in ["in_memory", "memory"] {
+        let config = load(&format!("database:\n  type: {name}\n"));
+        assert_eq!(config.database, DatabaseConfig::Memory);
+    }
+    let err = refuse("database:\n  type: sqlite\n  path: /var/lib/slim/cp.db\n");
+    assert!(err.starts_with("database.type (line 2"), "{err}");
+    assert!(err.contains("no SQLite backend"), "{err}");
+    assert!(
+        err.contains("type: memory") && err.contains("type: postgres"),
+        "{err}"
+    );
+    let err = refuse("database:\n  type: mongodb\n");
+    assert!(err.contains("accepted: memory, in_memory"), "{err}");
+}
+
+#[test]
+fn bad_duration_names_key_and_examples() {
+    let err = refuse("reconciler:\n  base_retry_delay: fast\n");
+    assert_eq!(
+        err,
+        "reconciler.base_retry_delay (line 2, column 21): \"fast\" is not a duration \
+         (examples: 200ms, 60s, 5m)"
+    );
+}
+
+#[test]
+fn bad_type_reports_key_and_line() {
+    let yaml = "tracing:\n  log_level: info\nreconciler:\n  max_requeues: 3\n  workers: four\n";
+    let err = Config::from_yaml_str(yaml).unwrap_err();
+    assert_eq!(err.key(), Some("reconciler.workers"));
+    assert_eq!(err.line(), Some(5));
+    assert_eq!(
+        err.to_string(),
+        "reconciler.workers (line 5, column 12): invalid type: string \"four\", \
+         expected a whole number, at least 1"
+    );
+}
+
+#[test]
+fn unknown_keys_are_named_with_their_line() {
+    let err = refuse("tracing:\n  log_level: info\nreconcilers:\n  workers: 2\n");
+    assert!(
+        err.starts_with("reconcilers (line 3, column 1): unknown key `reconcilers`"),
+        "{err}"
+    );
+    assert!(err.contains("`reconciler`"), "valid keys listed: {err}");
+    let err = refuse("reconciler:\n  wrkers: 2\n");
+    assert!(
+        err.starts_with("reconciler.wrkers (line 2, column 3): unknown key"),
+        "{err}"
+    );
+    let err = refuse("northbound:\n  endpoint: '0.0.0.0:1'\n  keepalve: {}\n");
+    assert!(err.starts_with("northbound.keepalve (line 3"), "{err}");
+    let err = refuse("topology:\n  linkz: []\n");
+    assert!(err.starts_with("topology.linkz (line 2"), "{err}");
+}
+
+#[test]
+fn short_secret_refused_without_printing_it() {
+    let secret = "too-short-but-very-private";
+    let yaml = format!(
+        "topology:\n  links: [{{group: a, neighbors: [b]}}]\n  registration_auth:\n    \
+         type: shared_secret\n    secrets:\n      cluster-a: \"{secret}\"\n"
+    );
+    let err = refuse(&yaml);
+    assert!(
+        err.starts_with("topology.registration_auth.secrets.cluster-a (line 6"),
+        "{err}"
+    );
+    assert!(!err.contains(secret), "{err}");
+    let debug = format!("{:?}", load(&yaml.replace(secret, &"s".repeat(40))));
+    assert!(!debug.contains(&"s".repeat(40)), "{debug}");
+}
+
+#[test]
+fn shared_secrets_and_spire_load() {
+    let yaml = "topology:\n  links: [{group: '*', neighbors: ['*']}]\n  registration_auth:\n    \
+                type: shared_secret\n    secrets:\n      \
+                cluster-a: secret-for-cluster-a-min-32-bytes-long\n";
+    let config = load(yaml);
+    match config.topology.registration_auth {
+        Some(RegistrationAuthConfig::SharedSecret { secrets }) => {
+            assert_eq!(
+                secrets["cluster-a"].expose(),
+                "secret-for-cluster-a-min-32-bytes-long"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // Config mode needs at least one secret; API mode manages them itself.
+    let err = refuse(
+        "topology:\n  links: [{group: a, neighbors: [b]}]\n  registration_auth: {type: shared_secret}\n",
+    );
+    assert!(
+        err.starts_with("topology.registration_auth.secrets"),
+        "{err}"
+    );
+    load("topology:\n  registration_auth: {type: shared_secret}\n");
+    let config = load(
+        "topology:\n  registration_auth:\n    type: spire\n    socket_path: /run/spire/api.sock\n",
+    );
+    assert!(config.topology.is_api_mode());
+    assert_eq!(
+        config.topology.registration_auth,
+        Some(RegistrationAuthConfig::Spire {
+            socket_path: "/run/spire/api.sock".into(),
+            audience: "slim".into(),
+        })
+    );
+    let err = refuse("topology:\n  registration_auth: {type: spire}\n");
+    assert!(
+        err.starts_with("topology.registration_auth.socket_path"),
+        "{err}"
+    );
+}
+
+#[test]
+fn links_segments_and_api_modes() {
+    let links = load(
+        "topology:\n  links:\n    - group: cloud\n      neighbors: [customer-a, customer-b]\n",
+    );
+    assert!(
+        matches!(links.topology.mode, TopologyConfig::Links(ref l) if l[0].neighbors.len() == 2)
+    );
+    let yaml = "topology:\n  segments:\n    - name: segment-$group\n      links:\n        \
+                - group: cloud\n          neighbors: [$group]\n";
+    let segments = load(yaml);
+    match &segments.topology.mode {
+        TopologyConfig::Segments(s) => {
+            assert_eq!(s[0].name, "segment-$group");
+            assert_eq!(s[0].links[0].neighbors, vec!["$group"]);
+        }
+        other => panic!("{other:?}"),
+    }
+    let err = refuse(
+        "topology:\n  links: [{group: a, neighbors: [b]}]\n  segments: [{name: s, links: []}]\n",
+    );
+    assert!(err.contains("mutually exclusive"), "{err}");
+    for api in [
+        "topology: {}\n",
+        "topology:\n",
+        "topology:\n  links: []\n",
+        "topology:\n  segments: []\n",
+    ] {
+        assert!(load(api).topology.is_api_mode(), "{api}");
+    }
+    let err = refuse("topology:\n  links:\n    - group: ''\n      neighbors: [b]\n");
+    assert!(err.starts_with("topology.links[0].group (line 3"), "{err}");
+}
+
+#[test]
+fn reconcile_period_zero_and_workers_zero() {
+    let config = load("reconciler:\n  reconcile_period: \"0s\"\n");
+    assert_eq!(config.reconciler.reconcile_period, Duration::ZERO);
+    let err = refuse("reconciler:\n  workers: 0\n");
+    assert!(err.starts_with("reconciler.workers (line 2"), "{err}");
+    assert!(err.contains("at least 1"), "{err}");
+}
+
+#[test]
+fn listeners_need_host_port_and_a_certificate_when_tls_is_on() {
+    let err = refuse("northbound:\n  endpoint: foo\n  tls: {insecure: true}\n");
+    assert_eq!(err, "northbound.endpoint: \"foo\" is not host:port");
+    // As in the reference, a written section without `tls` means TLS.
+    let err = refuse("southbound:\n  endpoint: '0.0.0.0:6000'\n");
+    assert!(err.starts_with("southbound.tls: TLS is on"), "{err}");
+    let config = load("southbound:\n  tls: {insecure: true}\n");
+    assert_eq!(config.southbound.endpoint, "0.0.0.0:50052");
+}
+
+#[test]
+fn file_references_expand_like_the_reference() {
+    let dir = std::env::temp_dir().join(format!("slim-cp-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret_file = dir.join("cluster-a");
+    std::fs::write(&secret_file, "0123456789abcdef0123456789abcdef").unwrap();
+    let yaml = format!(
+        "topology:\n  registration_auth:\n    type: shared_secret\n    secrets:\n      \
+         cluster-a: \"${{file:{}}}\"\n",
+        secret_file.display()
+    );
+    let config = load(&yaml);
+    let Some(RegistrationAuthConfig::SharedSecret { secrets }) = config.topology.registration_auth
+    else {
+        panic!("no shared secrets");
+    };
+    assert_eq!(
+        secrets["cluster-a"].expose(),
+        "0123456789abcdef0123456789abcdef"
+    );
+    let err = refuse("tracing:\n  log_level: \"${env:SLIM_CP_TEST_SURELY_UNSET}\"\n");
+    assert!(
+        err.starts_with("tracing.log_level: environment variable"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn load_names_the_file() {
+    let dir = std::env::temp_dir().join(format!("slim-cp-config-load-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.yaml");
+    std::fs::write(&path, "reconciler:\n  workers: many\n").unwrap();
+    let err = Config::load(&path).unwrap_err();
+    assert!(matches!(err, ConfigError::InFile { .. }));
+    assert_eq!(err.line(), Some(2));
+    assert!(
+        err.to_string()
+            .starts_with(&format!("{}: reconciler.workers (line 2", path.display()))
+    );
+    let missing = Config::load(&dir.join("missing.yaml")).unwrap_err();
+    assert!(
+        missing
+            .to_string()
+            .contains("cannot read configuration file"),
+        "{missing}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn shipped_examples_load() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/config");
+    let memory = Config::load(&dir.join("memory.yaml")).unwrap();
+    assert_eq!(memory, Config::default());
+    let star = Config::load(&dir.join("star.yaml")).unwrap();
+    assert!(!star.topology.is_api_mode());
+    assert!(star.ignored_keys().is_empty());
+}
