@@ -1,13 +1,17 @@
 #![forbid(unsafe_code)]
 //! slim-cp: a highly available control plane for SLIM data-plane fleets.
 
+pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod names;
+pub mod northbound;
 pub mod proto;
 pub mod reconcile;
+pub mod routing;
 pub mod server;
 pub mod sim;
 pub mod southbound;
 pub mod store;
+pub mod tls;
 pub mod transport;

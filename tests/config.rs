@@ -377,10 +377,18 @@ fn links_segments_and_api_modes() {
         }
         other => panic!("{other:?}"),
     }
-    let err = refuse(
-        "topology:\n  links: [{group: a, neighbors: [b]}]\n  segments: [{name: s, links: []}]\n",
+    let both = load(
+        "topology:\n  links: [{group: a, neighbors: [b]}]\n  segments: [{name: s, links: [{group: c, neighbors: [d]}]}]\n",
     );
-    assert!(err.contains("mutually exclusive"), "{err}");
+    assert!(
+        matches!(both.topology.mode, TopologyConfig::Segments(_)),
+        "segments win"
+    );
+    assert!(
+        both.ignored_keys()
+            .iter()
+            .any(|k| k.starts_with("topology.links"))
+    );
     for api in [
         "topology: {}\n",
         "topology:\n",

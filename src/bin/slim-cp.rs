@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use slim_cp::config::{Config, DatabaseConfig};
 use slim_cp::server::{self, Options};
@@ -40,17 +40,14 @@ fn init_logging(level: &str) {
 }
 
 fn options(config: &Config) -> Result<Options> {
-    for (name, server) in [
-        ("northbound", &config.northbound),
-        ("southbound", &config.southbound),
-    ] {
-        if !server.tls.insecure {
-            bail!("{name}.tls: TLS listeners are not supported yet; set `insecure: true`");
-        }
-    }
     let mut opts = Options::loopback();
+    opts.northbound_tls = slim_cp::tls::server_tls(&config.northbound.tls, "northbound")?;
+    opts.southbound_tls = slim_cp::tls::server_tls(&config.southbound.tls, "southbound")?;
+    opts.auth = slim_cp::auth::authenticator(config.topology.registration_auth.as_ref())?;
+    opts.northbound = config.northbound.socket_addr()?;
     opts.southbound = config.southbound.socket_addr()?;
-    opts.reconcile_period = config.reconciler.reconcile_period;
+    opts.topology = config.topology.mode.clone();
+    opts.reconciler = config.reconciler.clone();
     opts.replica.id = hostname();
     opts.replica.incarnation = u64::try_from(slim_cp::clock::unix_now()).unwrap_or(1);
     Ok(opts)
@@ -85,7 +82,11 @@ async fn serve(path: Option<PathBuf>) -> Result<()> {
     let running = server::start(options(&config)?, store(&config))
         .await
         .context("starting the replica")?;
-    info!(southbound = %running.southbound_addr, "slim-cp serving (memory store, single replica)");
+    info!(
+        northbound = %running.northbound_addr,
+        southbound = %running.southbound_addr,
+        "slim-cp serving (memory store, single replica)"
+    );
     shutdown_signal().await;
     info!("shutting down");
     running.shutdown().await;

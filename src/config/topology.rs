@@ -2,7 +2,7 @@
 //!
 //! ```yaml
 //! topology:
-//!   links:                      # or `segments:`, never both
+//!   links:                      # or `segments:` (which then win)
 //!     - group: cloud
 //!       neighbors: ["*"]
 //!   registration_auth:          # optional
@@ -11,9 +11,9 @@
 //! ```
 //!
 //! Absent, `{}`, or with empty `links`/`segments`, the topology is managed
-//! through the API. Giving both `links` and `segments` is refused, as the
-//! reference's parser does (its prose says top-level links are then
-//! ignored; its code rejects the file, and a silent choice would surprise).
+//! through the API. With both `links` and `segments`, the segments rule and
+//! the links are ignored, as the architecture document says (the reference's
+//! parser refuses such a file); the binary warns that they are ignored.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -209,17 +209,18 @@ impl RawTopology {
         self,
         ignored: &mut Vec<String>,
     ) -> Result<TopologySettings, ConfigError> {
-        let mode = match (self.links, self.segments) {
-            (Some(_), Some(_)) => {
-                return Err(ConfigError::invalid(
-                    "topology",
-                    "`links` and `segments` are mutually exclusive: with segments, \
-                     put the links inside each segment",
-                ));
+        let links = self.links.filter(|l| !l.is_empty());
+        let segments = self.segments.filter(|s| !s.is_empty());
+        let mode = match (links, segments) {
+            (links, Some(segments)) => {
+                // The spec: with segments, top-level links are ignored.
+                if links.is_some() {
+                    ignored.push("topology.links (segments are defined)".to_string());
+                }
+                TopologyConfig::Segments(segments)
             }
-            (Some(links), None) if !links.is_empty() => TopologyConfig::Links(links),
-            (None, Some(segments)) if !segments.is_empty() => TopologyConfig::Segments(segments),
-            _ => TopologyConfig::Api,
+            (Some(links), None) => TopologyConfig::Links(links),
+            (None, None) => TopologyConfig::Api,
         };
         let registration_auth = match self.registration_auth {
             Some(raw) => Some(raw.into_config(ignored)?),
@@ -356,8 +357,16 @@ mod tests {
             segments.unwrap().mode,
             TopologyConfig::Segments(_)
         ));
-        let both = parse("links: [{group: a, neighbors: [b]}]\nsegments: []").unwrap_err();
-        assert!(both.contains("mutually exclusive"), "{both}");
+        let both = crate::config::Config::from_yaml_str(
+            "topology:\n  links: [{group: a, neighbors: [b]}]\n  segments: [{name: s, links: [{group: c, neighbors: [d]}]}]\n",
+        )
+        .unwrap();
+        assert!(matches!(both.topology.mode, TopologyConfig::Segments(_)));
+        assert!(
+            both.ignored_keys()
+                .iter()
+                .any(|k| k.starts_with("topology.links"))
+        );
     }
 
     #[test]

@@ -1,17 +1,21 @@
-//! The leader's derivation loop: it takes signalled nodes from the inbox,
-//! compares each node's record with what it saw last (level-based, see
-//! [`super::lifecycle`]) and acts on departures and arrivals. Only the leader
-//! runs it; in memory mode the single replica is the leader.
+//! The leader's loop: it takes signalled nodes from the inbox, acts on
+//! their lifecycle transitions (level-based, see [`super::lifecycle`]),
+//! derives the desired links and routes once per batch (see
+//! [`super::derive`]) and queues the affected nodes for reconciliation.
+//! Only the leader runs it; in memory mode the single replica is the leader.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::derive::derive;
 use super::inbox::{Inbox, Signals};
 use super::lifecycle::{Seen, Transition, transitions};
+use super::queue::WorkQueue;
+use crate::config::TopologyConfig;
 use crate::store::model::DepartureKind;
 use crate::store::{Store, StoreError};
 
@@ -19,85 +23,146 @@ use crate::store::{Store, StoreError};
 /// signal must never leave a node underived for long.
 pub const RESYNC_FLOOR: Duration = Duration::from_secs(60);
 
-/// How long to wait before retrying a node whose derivation failed.
+/// How long to wait before retrying after a failed derivation.
 const RETRY_DELAY: Duration = Duration::from_millis(500);
 
 pub struct Leader {
     store: Arc<dyn Store>,
     inbox: Arc<Inbox>,
+    queue: Arc<WorkQueue>,
+    topology: TopologyConfig,
     seen: HashMap<String, Seen>,
     resync_every: Duration,
+    /// `reconcile_period` of "0s" disables the periodic reconcile of every
+    /// node, though derivation still resyncs at the floor.
+    sweep: bool,
 }
 
 impl Leader {
-    pub fn new(store: Arc<dyn Store>, inbox: Arc<Inbox>, reconcile_period: Duration) -> Self {
-        let resync_every = if reconcile_period.is_zero() {
-            RESYNC_FLOOR
-        } else {
+    pub fn new(
+        store: Arc<dyn Store>,
+        inbox: Arc<Inbox>,
+        queue: Arc<WorkQueue>,
+        topology: TopologyConfig,
+        reconcile_period: Duration,
+    ) -> Self {
+        let sweep = !reconcile_period.is_zero();
+        let resync_every = if sweep {
             reconcile_period.min(RESYNC_FLOOR)
+        } else {
+            RESYNC_FLOOR
         };
         Self {
             store,
             inbox,
+            queue,
+            topology,
             seen: HashMap::new(),
             resync_every,
+            sweep,
         }
     }
 
-    /// Runs until `cancel` fires. Starts with a full resync: a new leader
-    /// assumes nothing about what an earlier one did.
+    /// Runs until `cancel` fires. Starts with a full resync and a reconcile
+    /// of every node: a new leader assumes nothing an earlier one did.
     pub async fn run(mut self, cancel: CancellationToken) {
-        self.resync().await;
+        self.resync(true).await;
         let mut tick = tokio::time::interval(self.resync_every);
         tick.tick().await;
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => break,
-                _ = tick.tick() => self.resync().await,
-                batch = self.inbox.next_batch() => {
-                    for node in batch {
-                        self.derive_or_retry(&node).await;
-                    }
-                }
+                _ = tick.tick() => self.resync(self.sweep).await,
+                batch = self.inbox.next_batch() => self.handle(batch).await,
             }
         }
         info!("leader work stopped");
     }
 
-    /// Marks every known node dirty, including ones only this leader remembers.
-    async fn resync(&mut self) {
+    /// Marks every known node dirty; with `sweep`, queues every node too.
+    async fn resync(&mut self, sweep: bool) {
         match self.store.list_nodes().await {
-            Ok(nodes) => nodes.iter().for_each(|n| self.inbox.node_changed(&n.id)),
+            Ok(nodes) => {
+                for n in &nodes {
+                    self.inbox.node_changed(&n.id);
+                    if sweep && n.ready_session().is_some() {
+                        self.queue.add(&n.id);
+                    }
+                }
+            }
             Err(e) => warn!(error = %e, "full resync could not list nodes"),
         }
         self.seen.keys().for_each(|n| self.inbox.node_changed(n));
     }
 
-    async fn derive_or_retry(&mut self, node: &str) {
-        if let Err(e) = self.derive(node).await {
-            warn!(node, error = %e, "derivation failed; retrying");
-            let inbox = self.inbox.clone();
-            let node = node.to_string();
-            tokio::spawn(async move {
-                tokio::time::sleep(RETRY_DELAY).await;
-                inbox.node_changed(&node);
-            });
+    async fn handle(&mut self, batch: Vec<String>) {
+        let mut arrived = BTreeSet::new();
+        for node in batch {
+            match self.observe(&node).await {
+                Ok(true) => {
+                    arrived.insert(node);
+                }
+                Ok(false) => {}
+                Err(e) => self.retry_later(&node, &e),
+            }
+        }
+        match derive(self.store.as_ref(), &self.topology).await {
+            Ok(d) => {
+                debug!(changes = d.changes, affected = d.affected.len(), "derived");
+                for n in d.affected.iter().chain(&arrived) {
+                    self.queue.add(n);
+                }
+                if let Some(after) = d.recheck_in {
+                    self.derive_again(after);
+                }
+            }
+            Err(e) => {
+                warn!(error = %e, "derivation failed; retrying");
+                arrived.iter().for_each(|n| self.retry_later(n, &e));
+                self.retry_later("", &e);
+            }
         }
     }
 
-    async fn derive(&mut self, node: &str) -> Result<(), StoreError> {
+    fn retry_later(&self, node: &str, e: &StoreError) {
+        debug!(node, error = %e, "node will be looked at again");
+        self.signal_after(node, RETRY_DELAY);
+    }
+
+    /// Runs a derivation after `after` even if no node signals: the empty
+    /// key stands for "no node, just derive".
+    fn derive_again(&self, after: Duration) {
+        self.signal_after("", after);
+    }
+
+    fn signal_after(&self, node: &str, after: Duration) {
+        let inbox = self.inbox.clone();
+        let node = node.to_string();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            inbox.node_changed(&node);
+        });
+    }
+
+    /// Applies the node's lifecycle transitions; returns whether it arrived.
+    async fn observe(&mut self, node: &str) -> Result<bool, StoreError> {
+        if node.is_empty() {
+            return Ok(false);
+        }
         let record = self.store.get_node(node).await?;
         let seen = self.seen.get(node).copied();
         let (todo, next) = transitions(seen, record.as_ref());
         let mut forgotten = false;
+        let mut arrived = false;
         for t in todo {
+            arrived |= matches!(t, Transition::Arrived { .. });
             forgotten |= self.apply(node, t).await?;
         }
         match next.filter(|_| !forgotten) {
             Some(s) => self.seen.insert(node.to_string(), s),
             None => self.seen.remove(node),
         };
-        Ok(())
+        Ok(arrived)
     }
 
     /// Acts on one transition; returns whether the node's record is gone.

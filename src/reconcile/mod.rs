@@ -1,9 +1,14 @@
 //! Leader-side work: the inbox of changed nodes, the level-based lifecycle,
 //! and the derivation loop.
 
+pub mod backoff;
+pub mod derive;
+pub mod diff;
 pub mod inbox;
 pub mod leader;
 pub mod lifecycle;
+pub mod node;
+pub mod queue;
 
 pub use inbox::{Inbox, Signals};
 pub use leader::Leader;

@@ -41,6 +41,8 @@ pub struct SimFleet {
     index: HashMap<String, usize>,
     network: Arc<SimNetwork>,
     changes: Arc<watch::Sender<u64>>,
+    endpoint: tonic::transport::Endpoint,
+    options: SimOptions,
 }
 
 impl SimFleet {
@@ -99,7 +101,43 @@ impl SimFleet {
             index,
             network,
             changes,
+            endpoint,
+            options: options.node,
         })
+    }
+
+    /// Starts a node from `spec` on this fleet's network, with its own TCP
+    /// connection. A stopped or lost node of the same id is replaced (a
+    /// machine coming back with a new configuration, say a new endpoint).
+    pub fn spawn(&mut self, spec: SimNodeSpec) -> Result<&SimNode, SimError> {
+        let id = spec.effective_id();
+        if let Some(old) = self
+            .node(&id)
+            .filter(|n| n.state() == NodeState::Registered)
+        {
+            return Err(SimError::DuplicateNode(old.effective_id().to_string()));
+        }
+        let dialer = Dialer::PerAttempt(Box::new(self.endpoint.clone()));
+        let node = SimNode::with_dialer(
+            spec,
+            dialer,
+            self.network.clone(),
+            self.options.clone(),
+            Some(self.changes.clone()),
+        )?;
+        node.start()?;
+        let slot = match self.index.get(&id) {
+            Some(&i) => {
+                self.nodes[i] = node;
+                i
+            }
+            None => {
+                self.nodes.push(node);
+                self.nodes.len() - 1
+            }
+        };
+        self.index.insert(id, slot);
+        Ok(&self.nodes[slot])
     }
 
     /// All nodes, in spec order.
@@ -120,6 +158,11 @@ impl SimFleet {
     /// Nodes currently registered.
     pub fn registered_count(&self) -> usize {
         self.count(|s| *s == NodeState::Registered)
+    }
+
+    /// `ConfigurationCommand` messages all nodes received so far.
+    pub fn commands_received(&self) -> u64 {
+        self.nodes.iter().map(SimNode::commands_received).sum()
     }
 
     /// Nodes that gave up on the control plane.

@@ -159,9 +159,10 @@ impl SimNetwork {
 
 impl NetState {
     /// Makes the node known (its slot outlives its processes); false when
-    /// a node with that id is already in the network.
+    /// a node with that id is running in the network. A stopped node's slot
+    /// is taken over (the same machine back with a new configuration).
     pub fn add_node(&mut self, key: &str, signals: Arc<Signals>) -> bool {
-        if self.nodes.contains_key(key) {
+        if self.nodes.get(key).is_some_and(|s| s.process.is_some()) {
             return false;
         }
         let slot = NodeSlot {

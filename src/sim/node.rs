@@ -2,7 +2,7 @@
 //! and observation.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -72,6 +72,7 @@ impl SimNode {
             signals,
             faults: Mutex::new(Faults::default()),
             silent: AtomicBool::new(false),
+            commands: AtomicU64::new(0),
             status: Mutex::new(status),
             apps: Mutex::new(BTreeMap::new()),
         };
@@ -276,6 +277,12 @@ impl SimNode {
     /// Whether the node gave up on the control plane.
     pub fn is_lost(&self) -> bool {
         matches!(self.state(), NodeState::Lost { .. })
+    }
+
+    /// `ConfigurationCommand` messages received so far (all processes,
+    /// silent periods included; the registration response is not one).
+    pub fn commands_received(&self) -> u64 {
+        self.shared.commands.load(Ordering::Relaxed)
     }
 
     /// Successful registrations so far (all processes).

@@ -4,7 +4,7 @@
 //! registration completes and it gives up for good.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::mpsc;
@@ -44,6 +44,9 @@ pub(crate) struct NodeShared {
     pub signals: Arc<Signals>,
     pub faults: Mutex<Faults>,
     pub silent: AtomicBool,
+    /// `ConfigurationCommand` messages received on registered streams
+    /// (all processes), so benchmarks can compare how chatty control planes are.
+    pub commands: AtomicU64,
     pub status: Mutex<Status>,
     /// What local apps subscribed, kept across restarts (apps come back).
     pub apps: Mutex<BTreeMap<NameKey, dp::Name>>,
@@ -187,6 +190,11 @@ impl Proc {
 
     pub fn faults(&self) -> Faults {
         lock(&self.shared.faults).clone()
+    }
+
+    /// Counts one `ConfigurationCommand` received from the control plane.
+    pub fn count_command(&self) {
+        self.shared.commands.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn silent(&self) -> bool {

@@ -288,6 +288,9 @@ async fn handle(
     if let Payload::DeregisterNodeResponse(resp) = payload {
         return Some(resp);
     }
+    if matches!(payload, Payload::ConfigCommand(_)) {
+        p.count_command();
+    }
     if p.silent() {
         return None;
     }

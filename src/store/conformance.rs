@@ -4,11 +4,11 @@
 
 use uuid::Uuid;
 
-use super::Store;
 use super::model::{
     DepartureKind, Link, LinkStatus, Name, Registration, ReplicaRef, ReportedConnection, Route,
     RouteStatus, SessionState,
 };
+use super::{ChangeSet, Store};
 use crate::store::StoreError;
 
 /// Expands to one `#[tokio::test]` per conformance case. `$make` is an
@@ -33,7 +33,11 @@ macro_rules! store_conformance_tests {
             nodes_listed_by_id,
             segments_round_trip,
             segment_edges_are_undirected_and_idempotent,
-            edges_of_a_missing_segment_fail
+            edges_of_a_missing_segment_fail,
+            change_sets_apply_every_change,
+            links_touching_include_claimed_and_tombstones,
+            link_answers_follow_the_status_rules,
+            route_marks_need_the_route
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -422,4 +426,158 @@ pub async fn edges_of_a_missing_segment_fail(store: &dyn Store) {
         .unwrap_err();
     assert_eq!(err, StoreError::SegmentNotFound("nope".into()));
     assert!(store.list_segments().await.unwrap().is_empty());
+}
+
+pub async fn change_sets_apply_every_change(store: &dyn Store) {
+    let s = start(store, "b/n1").await.session;
+    store
+        .record_received("b/n1", s.id, &["l-1".into(), "l-2".into()])
+        .await
+        .unwrap();
+    store
+        .put_link(mk_link("l-old", "a/n1", false))
+        .await
+        .unwrap();
+    store
+        .put_route(mk_route("r-old", "a/n1", "l-old", RouteStatus::Applied))
+        .await
+        .unwrap();
+    let changes = ChangeSet {
+        put_links: vec![mk_link("l-1", "a/n1", false), mk_link("l-2", "a/n2", true)],
+        delete_links: vec!["l-old".into(), "l-never".into()],
+        put_routes: vec![mk_route("r-1", "a/n1", "l-1", RouteStatus::Pending)],
+        delete_routes: vec!["r-old".into()],
+        consume_claims: vec![
+            ("b/n1".into(), "l-1".into()),
+            ("z/none".into(), "l-1".into()),
+        ],
+    };
+    assert!(!changes.is_empty());
+    store.apply(changes).await.unwrap();
+    let links: Vec<_> = store
+        .list_links()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| (l.link_id, l.deleted))
+        .collect();
+    assert_eq!(
+        links,
+        [("l-1".to_string(), false), ("l-2".to_string(), true)]
+    );
+    let routes: Vec<_> = store
+        .list_routes()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(routes, ["r-1"]);
+    let rec = store.get_node("b/n1").await.unwrap().unwrap();
+    assert_eq!(rec.received_links, ["l-2"]);
+    assert!(
+        rec.reported_connections.is_empty() || rec.reported_connections.iter().all(|c| !c.incoming)
+    );
+    store.apply(ChangeSet::default()).await.unwrap();
+}
+
+pub async fn links_touching_include_claimed_and_tombstones(store: &dyn Store) {
+    let mut claimed = mk_link("l-1", "a/n1", false);
+    claimed.dest_node = Some("b/n1".into());
+    store.put_link(claimed).await.unwrap();
+    store.put_link(mk_link("l-2", "b/n1", true)).await.unwrap();
+    store.put_link(mk_link("l-3", "c/n1", false)).await.unwrap();
+    store
+        .put_route(mk_route("r-1", "b/n1", "l-1", RouteStatus::Pending))
+        .await
+        .unwrap();
+    store
+        .put_route(mk_route("r-2", "a/n1", "l-1", RouteStatus::Pending))
+        .await
+        .unwrap();
+    let ids: Vec<_> = store
+        .links_touching("b/n1")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| l.link_id)
+        .collect();
+    assert_eq!(ids, ["l-1", "l-2"]);
+    let routes: Vec<_> = store
+        .routes_sourced("b/n1")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(routes, ["r-1"]);
+}
+
+pub async fn link_answers_follow_the_status_rules(store: &dyn Store) {
+    store.put_link(mk_link("l-1", "a/n1", false)).await.unwrap();
+    assert!(
+        !store
+            .mark_link_sent("l-1", "a/other", true, "")
+            .await
+            .unwrap(),
+        "not its source"
+    );
+    assert!(
+        !store
+            .mark_link_sent("l-none", "a/n1", true, "")
+            .await
+            .unwrap()
+    );
+    let status = || async { store.list_links().await.unwrap()[0].status };
+    assert!(store.mark_link_sent("l-1", "a/n1", true, "").await.unwrap());
+    assert_eq!(status().await, LinkStatus::Connecting);
+    store
+        .mark_link_sent("l-1", "a/n1", false, "refused")
+        .await
+        .unwrap();
+    assert_eq!(status().await, LinkStatus::Failed);
+    assert_eq!(store.list_links().await.unwrap()[0].status_msg, "refused");
+    store.mark_link_sent("l-1", "a/n1", true, "").await.unwrap();
+    assert_eq!(status().await, LinkStatus::Connecting, "a retry recovers");
+    let mut applied = mk_link("l-1", "a/n1", false);
+    applied.status = LinkStatus::Applied;
+    store.put_link(applied).await.unwrap();
+    store
+        .mark_link_sent("l-1", "a/n1", false, "late")
+        .await
+        .unwrap();
+    assert_eq!(
+        status().await,
+        LinkStatus::Applied,
+        "a claimed link stays applied"
+    );
+    store.put_link(mk_link("l-1", "a/n1", true)).await.unwrap();
+    assert!(
+        !store.mark_link_sent("l-1", "a/n1", true, "").await.unwrap(),
+        "deleted"
+    );
+}
+
+pub async fn route_marks_need_the_route(store: &dyn Store) {
+    assert!(
+        !store
+            .mark_route("r-1", RouteStatus::Applied, "")
+            .await
+            .unwrap()
+    );
+    store
+        .put_route(mk_route("r-1", "a/n1", "l-1", RouteStatus::Pending))
+        .await
+        .unwrap();
+    assert!(
+        store
+            .mark_route("r-1", RouteStatus::Failed, "no conn")
+            .await
+            .unwrap()
+    );
+    let r = &store.list_routes().await.unwrap()[0];
+    assert_eq!(
+        (r.status, r.status_msg.as_str()),
+        (RouteStatus::Failed, "no conn")
+    );
 }

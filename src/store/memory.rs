@@ -9,10 +9,10 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::model::{
-    Departure, DepartureKind, DesiredState, Link, Name, NodeRecord, Registration, ReplicaRef,
-    Route, Segment, Session, SessionState, Template, edge,
+    Departure, DepartureKind, DesiredState, Link, LinkStatus, Name, NodeRecord, Registration,
+    ReplicaRef, Route, RouteStatus, Segment, Session, SessionState, Template, edge,
 };
-use super::{SessionStart, Store, StoreError};
+use super::{ChangeSet, SessionStart, Store, StoreError};
 use crate::clock::unix_now;
 
 #[derive(Default)]
@@ -308,5 +308,101 @@ impl Store for MemoryStore {
         b: &str,
     ) -> Result<bool, StoreError> {
         Ok(self.lock().segment(segment)?.remove(&edge(a, b)))
+    }
+
+    async fn apply(&self, changes: ChangeSet) -> Result<(), StoreError> {
+        let mut st = self.lock();
+        for l in changes.put_links {
+            st.links.insert(l.link_id.clone(), l);
+        }
+        for id in &changes.delete_links {
+            st.links.remove(id);
+        }
+        for r in changes.put_routes {
+            st.routes.insert(r.id.clone(), r);
+        }
+        for id in &changes.delete_routes {
+            st.routes.remove(id);
+        }
+        for (node, link_id) in &changes.consume_claims {
+            if let Some(rec) = st.nodes.get_mut(node) {
+                rec.received_links.retain(|l| l != link_id);
+                rec.reported_connections
+                    .retain(|c| !(c.incoming && &c.link_id == link_id));
+            }
+        }
+        Ok(())
+    }
+
+    async fn links_touching(&self, node: &str) -> Result<Vec<Link>, StoreError> {
+        let st = self.lock();
+        Ok(st
+            .links
+            .values()
+            .filter(|l| l.source_node == node || l.dest_node.as_deref() == Some(node))
+            .cloned()
+            .collect())
+    }
+
+    async fn routes_sourced(&self, node: &str) -> Result<Vec<Route>, StoreError> {
+        let st = self.lock();
+        Ok(st
+            .routes
+            .values()
+            .filter(|r| r.source_node == node)
+            .cloned()
+            .collect())
+    }
+
+    async fn mark_link_sent(
+        &self,
+        link_id: &str,
+        source: &str,
+        ok: bool,
+        message: &str,
+    ) -> Result<bool, StoreError> {
+        let mut st = self.lock();
+        let Some(l) = st.links.get_mut(link_id) else {
+            return Ok(false);
+        };
+        if l.deleted || l.source_node != source {
+            return Ok(false);
+        }
+        let next = sent_status(l.status, ok);
+        if next != l.status || l.status_msg != message {
+            l.status = next;
+            l.status_msg = message.to_string();
+            l.updated_at = unix_now();
+        }
+        Ok(true)
+    }
+
+    async fn mark_route(
+        &self,
+        id: &str,
+        status: RouteStatus,
+        message: &str,
+    ) -> Result<bool, StoreError> {
+        let mut st = self.lock();
+        let Some(r) = st.routes.get_mut(id) else {
+            return Ok(false);
+        };
+        if r.status != status || r.status_msg != message {
+            r.status = status;
+            r.status_msg = message.to_string();
+            r.updated_at = unix_now();
+        }
+        Ok(true)
+    }
+}
+
+/// The link status after the source answered a creation (see
+/// [`Store::mark_link_sent`]); shared by every backend.
+pub fn sent_status(current: LinkStatus, ok: bool) -> LinkStatus {
+    match (current, ok) {
+        (LinkStatus::Applied, _) => LinkStatus::Applied,
+        (LinkStatus::Pending | LinkStatus::Failed, true) => LinkStatus::Connecting,
+        (LinkStatus::Connecting, true) => LinkStatus::Connecting,
+        (_, false) => LinkStatus::Failed,
     }
 }

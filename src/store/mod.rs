@@ -16,7 +16,7 @@ mod retry;
 use async_trait::async_trait;
 use uuid::Uuid;
 
-pub use memory::MemoryStore;
+pub use memory::{MemoryStore, sent_status};
 use model::{
     DepartureKind, DesiredState, Link, Name, NodeRecord, Registration, ReplicaRef, Route, Segment,
     Session, Template,
@@ -48,6 +48,29 @@ pub struct SessionStart {
     /// The session this one replaced, if the node was still connected: its
     /// owner must close that stream.
     pub replaced: Option<Session>,
+}
+
+/// A batch of derived changes the leader writes at once: links and routes
+/// to write or delete, and claim facts it consumed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChangeSet {
+    pub put_links: Vec<Link>,
+    pub delete_links: Vec<String>,
+    pub put_routes: Vec<Route>,
+    pub delete_routes: Vec<String>,
+    /// `(node, link_id)`: removed from the node's `received_links` and from
+    /// its reported incoming connections.
+    pub consume_claims: Vec<(String, String)>,
+}
+
+impl ChangeSet {
+    pub fn is_empty(&self) -> bool {
+        self.put_links.is_empty()
+            && self.delete_links.is_empty()
+            && self.put_routes.is_empty()
+            && self.delete_routes.is_empty()
+            && self.consume_claims.is_empty()
+    }
 }
 
 /// Storage for nodes, sessions, facts and desired state.
@@ -167,5 +190,38 @@ pub trait Store: Send + Sync + 'static {
         segment: &str,
         a: &str,
         b: &str,
+    ) -> Result<bool, StoreError>;
+
+    /// Applies every change of the batch, all or nothing. Deleting what does
+    /// not exist, or consuming a claim a node does not hold, is no error.
+    async fn apply(&self, changes: ChangeSet) -> Result<(), StoreError>;
+
+    /// Links the node is the source or the claimed destination of, deleted
+    /// ones (tombstones) included, ordered by `link_id`.
+    async fn links_touching(&self, node: &str) -> Result<Vec<Link>, StoreError>;
+
+    /// Routes sourced at the node, ordered by `id`.
+    async fn routes_sourced(&self, node: &str) -> Result<Vec<Route>, StoreError>;
+
+    /// Records the source's answer to a link creation, if the link is not
+    /// deleted and `source` is still its source: success moves Pending or
+    /// Failed to Connecting; failure moves Pending or Connecting to Failed.
+    /// An Applied (claimed) link keeps its status. Returns whether the link
+    /// was found as described.
+    async fn mark_link_sent(
+        &self,
+        link_id: &str,
+        source: &str,
+        ok: bool,
+        message: &str,
+    ) -> Result<bool, StoreError>;
+
+    /// Sets a route's status and message if the route exists. Returns
+    /// whether it did.
+    async fn mark_route(
+        &self,
+        id: &str,
+        status: model::RouteStatus,
+        message: &str,
     ) -> Result<bool, StoreError>;
 }

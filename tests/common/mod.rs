@@ -4,6 +4,9 @@
 
 #![allow(dead_code)]
 
+pub mod reach;
+pub mod scenario;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -113,12 +116,42 @@ impl RawNode {
         }
     }
 
-    /// Opens and registers `group/node` in one go.
+    /// Opens and registers `group/node` in one go, then answers the
+    /// reconcile every arrival gets (both live tables, empty), so that the
+    /// test's own requests are the next ones on the stream.
     pub async fn connect(running: &Running, group: &str, node: &str) -> RawNode {
         let mut raw = RawNode::open(running).await.expect("stream opens");
         let resp = raw.register(mk_register(group, node)).await;
         assert!(resp.success, "registration accepted");
+        raw.answer_empty_tables().await;
         raw
+    }
+
+    /// Answers one connection list request and one route list request with
+    /// empty tables.
+    pub async fn answer_empty_tables(&mut self) {
+        for _ in 0..2 {
+            let msg = self.recv().await.expect("stream open").expect("a request");
+            let id = msg.message_id;
+            let reply = match msg.payload {
+                Some(Payload::ConnectionListRequest(_)) => {
+                    Payload::ConnectionListResponse(sb::ConnectionListResponse {
+                        original_message_id: id,
+                        entries: vec![],
+                        done: true,
+                    })
+                }
+                Some(Payload::RouteListRequest(_)) => {
+                    Payload::RouteListResponse(sb::RouteListResponse {
+                        original_message_id: id,
+                        entries: vec![],
+                        done: true,
+                    })
+                }
+                other => panic!("expected a list request from the reconciler, got {other:?}"),
+            };
+            self.send(reply).await;
+        }
     }
 }
 

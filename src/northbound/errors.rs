@@ -1,0 +1,33 @@
+//! The one place where internal errors become gRPC statuses for operators.
+
+use tonic::Status;
+
+use crate::store::StoreError;
+use crate::transport::TransportError;
+
+pub fn from_store(e: StoreError) -> Status {
+    match e {
+        StoreError::NodeNotFound(n) => Status::not_found(format!("node {n} not found")),
+        StoreError::SegmentNotFound(s) => Status::not_found(format!("segment '{s}' not found")),
+        StoreError::StaleSession { .. } => Status::aborted(e.to_string()),
+        StoreError::Unavailable(why) => {
+            tracing::warn!(%why, "store unavailable for an operator call");
+            Status::unavailable("the control plane's store is unavailable; retry shortly")
+        }
+    }
+}
+
+pub fn from_transport(node: &str, e: TransportError) -> Status {
+    match e {
+        TransportError::NotConnected(_) | TransportError::SessionEnded => {
+            Status::unavailable(format!("node {node} is not connected"))
+        }
+        TransportError::Timeout(t) => {
+            Status::deadline_exceeded(format!("node {node} did not answer within {t:?}"))
+        }
+        TransportError::Refused(why) => Status::aborted(format!("node {node} refused: {why}")),
+        TransportError::Fenced { .. } | TransportError::UnexpectedReply => {
+            Status::internal(format!("request to node {node} failed: {e}"))
+        }
+    }
+}

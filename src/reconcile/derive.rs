@@ -1,0 +1,97 @@
+//! The leader's derivation: from the current facts, the links and routes
+//! the fleet should have, written as one change set. Level-based and
+//! idempotent: run it twice on the same facts and the second run changes
+//! nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tracing::warn;
+
+use crate::clock::unix_now;
+use crate::config::TopologyConfig;
+use crate::routing::{links, routes, topology};
+use crate::store::model::Route;
+use crate::store::{ChangeSet, Store, StoreError};
+
+/// What a derivation changed.
+#[derive(Debug, Default)]
+pub struct Derivation {
+    /// Nodes whose desired state changed: they need a reconcile.
+    pub affected: BTreeSet<String>,
+    pub changes: usize,
+    /// Derive again after this long: a departed node's grace ends then.
+    pub recheck_in: Option<std::time::Duration>,
+}
+
+/// Derives and writes the desired links and routes.
+pub async fn derive(store: &dyn Store, mode: &TopologyConfig) -> Result<Derivation, StoreError> {
+    let nodes = store.list_nodes().await?;
+    let templates = store.list_templates().await?;
+    let stored_links = store.list_links().await?;
+    let stored_routes = store.list_routes().await?;
+    let segments = match mode {
+        TopologyConfig::Api => store.list_segments().await?,
+        _ => Vec::new(),
+    };
+    let now = unix_now();
+    let members = links::members(&nodes);
+    let groups = links::active_groups(&nodes, now);
+    let graphs = topology::resolve(mode, &segments, &groups);
+    let plan = links::plan(&nodes, &stored_links, &graphs, now, &mut || {
+        uuid::Uuid::new_v4().to_string()
+    });
+    for (a, b) in &plan.unlinkable {
+        warn!(
+            a,
+            b, "groups may link but neither has a node with an external endpoint"
+        );
+    }
+    let desired = routes::expand(&nodes, &members, &plan.live, &templates, &graphs, now);
+    let mut out = Derivation {
+        recheck_in: plan
+            .recheck_in
+            .map(|s| std::time::Duration::from_secs(u64::try_from(s).unwrap_or(1))),
+        ..Derivation::default()
+    };
+    let changes = change_set(plan, desired, &stored_routes, &mut out.affected);
+    out.changes = changes.put_links.len()
+        + changes.delete_links.len()
+        + changes.put_routes.len()
+        + changes.delete_routes.len();
+    if !changes.is_empty() {
+        tracing::trace!(?changes, "derived changes");
+        store.apply(changes).await?;
+    }
+    Ok(out)
+}
+
+fn change_set(
+    plan: links::LinkPlan,
+    desired: BTreeMap<String, Route>,
+    stored: &[Route],
+    affected: &mut BTreeSet<String>,
+) -> ChangeSet {
+    for l in &plan.upserts {
+        affected.insert(l.source_node.clone());
+        affected.extend(l.dest_node.clone());
+    }
+    let stored_ids: BTreeSet<&str> = stored.iter().map(|r| r.id.as_str()).collect();
+    let put_routes: Vec<Route> = desired
+        .values()
+        .filter(|r| !stored_ids.contains(r.id.as_str()))
+        .cloned()
+        .collect();
+    let gone: Vec<&Route> = stored
+        .iter()
+        .filter(|r| !desired.contains_key(&r.id))
+        .collect();
+    affected.extend(put_routes.iter().map(|r| r.source_node.clone()));
+    affected.extend(gone.iter().map(|r| r.source_node.clone()));
+    ChangeSet {
+        put_links: plan.upserts,
+        delete_links: plan.hard_deletes,
+        put_routes,
+        delete_routes: gone.into_iter().map(|r| r.id.clone()).collect(),
+        consume_claims: plan.consumed_claims,
+    }
+}

@@ -1,0 +1,341 @@
+//! Link planning: from the current facts (ready nodes, their claims, the
+//! topology) and the stored links, the changes that give every allowed
+//! group pair exactly one live link.
+//!
+//! Links are sticky: a valid link is kept even if a newer node would win
+//! the gateway choice, so arrivals never move traffic. A link changes only
+//! when an end departs: a departed source moves to a sibling (same link id,
+//! Pending, destination cleared so it is claimed again); a departed
+//! destination is deleted and recreated towards a sibling.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::gateway;
+use super::linkconfig;
+use super::topology::{SegmentGraph, may_link};
+use crate::store::model::{DepartureKind, Link, LinkStatus, NodeRecord, edge};
+
+/// The ready nodes of one group, sorted by id.
+pub type Members<'a> = BTreeMap<String, Vec<&'a NodeRecord>>;
+
+/// Groups with at least one node whose session is ready.
+pub fn members(nodes: &[NodeRecord]) -> Members<'_> {
+    let mut out: Members<'_> = BTreeMap::new();
+    for n in nodes.iter().filter(|n| n.ready_session().is_some()) {
+        if let Some(g) = &n.group {
+            out.entry(g.clone()).or_default().push(n);
+        }
+    }
+    out
+}
+
+/// How long a node that vanished without a goodbye keeps its links: a
+/// node that only re-opened its control stream is back within this time
+/// and keeps its incoming links without recreation; a dead one loses them
+/// a little later.
+pub const DEPARTURE_GRACE_SECS: i64 = 3;
+
+/// Nodes that hold their links: ready ones, ones registering again, and ones
+/// that crashed less than [`DEPARTURE_GRACE_SECS`] ago. Also returns when
+/// the earliest grace ends, in seconds from `now`.
+pub fn holding(nodes: &[NodeRecord], now: i64) -> (BTreeSet<&str>, Option<i64>) {
+    let mut held = BTreeSet::new();
+    let mut recheck: Option<i64> = None;
+    for n in nodes {
+        let left = DEPARTURE_GRACE_SECS - (now - n.updated_at);
+        let crashed = n.departure.is_some_and(|d| d.kind == DepartureKind::Crash);
+        if n.session.is_some() {
+            held.insert(n.id.as_str());
+        } else if crashed && left > 0 {
+            held.insert(n.id.as_str());
+            recheck = Some(recheck.map_or(left, |r| r.min(left)));
+        }
+    }
+    (held, recheck)
+}
+
+/// Groups with a node that holds links (see [`holding`]): the groups `*`
+/// and `$group` stand for.
+pub fn active_groups(nodes: &[NodeRecord], now: i64) -> BTreeSet<String> {
+    let (held, _) = holding(nodes, now);
+    nodes
+        .iter()
+        .filter(|n| held.contains(n.id.as_str()))
+        .filter_map(|n| n.group.clone())
+        .collect()
+}
+
+/// What to change.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct LinkPlan {
+    /// Links to write: new, moved, claimed, or newly deleted (tombstones).
+    pub upserts: Vec<Link>,
+    /// Tombstones whose source no longer holds the connection.
+    pub hard_deletes: Vec<String>,
+    /// `(node, link_id)` claim facts that refer to a connection that no
+    /// longer exists and must not claim the link again.
+    pub consumed_claims: Vec<(String, String)>,
+    /// Allowed pairs that cannot link: neither group has an external endpoint.
+    pub unlinkable: Vec<(String, String)>,
+    /// Every live (not deleted) link after the plan.
+    pub live: Vec<Link>,
+    /// Plan again after this many seconds: a departed node's grace ends.
+    pub recheck_in: Option<i64>,
+}
+
+/// Where a link may point and who may claim it.
+struct Group<'a> {
+    name: &'a str,
+    nodes: &'a [&'a NodeRecord],
+}
+
+impl<'a> Group<'a> {
+    /// Whether `id` is a node of this group that still holds its links.
+    fn holds(&self, id: &str, ctx: &Ctx<'_>) -> bool {
+        ctx.holding.contains(id) && ctx.group_of.get(id) == Some(&self.name)
+    }
+
+    fn with_external(&self) -> impl Iterator<Item = (&'a str, &'a str)> + '_ {
+        self.nodes
+            .iter()
+            .filter_map(|n| external(n).map(|e| (n.id.as_str(), e)))
+    }
+
+    fn serves(&self, endpoint: &str) -> bool {
+        self.with_external().any(|(_, e)| e == endpoint)
+    }
+
+    /// The member holding a connection of `link_id` towards it.
+    fn claimant(&self, link_id: &str) -> Option<&'a str> {
+        self.nodes
+            .iter()
+            .find(|n| holds_incoming(n, link_id))
+            .map(|n| n.id.as_str())
+    }
+}
+
+fn external(n: &NodeRecord) -> Option<&str> {
+    n.connection_details
+        .iter()
+        .find_map(|d| d.external_endpoint.as_deref().filter(|e| !e.is_empty()))
+}
+
+fn holds_incoming(n: &NodeRecord, link_id: &str) -> bool {
+    n.received_links.iter().any(|l| l == link_id)
+        || n.reported_connections
+            .iter()
+            .any(|c| c.incoming && c.link_id == link_id)
+}
+
+fn pair_key(a: &str, b: &str) -> String {
+    let (a, b) = edge(a, b);
+    format!("{a}|{b}")
+}
+
+/// Plans the links. `new_id` mints link ids; `now` stamps changed links.
+pub fn plan(
+    nodes: &[NodeRecord],
+    stored: &[Link],
+    graphs: &[SegmentGraph],
+    now: i64,
+    new_id: &mut dyn FnMut() -> String,
+) -> LinkPlan {
+    let members = members(nodes);
+    let (holding, recheck_in) = holding(nodes, now);
+    let group_of = nodes
+        .iter()
+        .filter_map(|n| Some((n.id.as_str(), n.group.as_deref()?)))
+        .collect();
+    let ctx = Ctx {
+        members: &members,
+        holding,
+        group_of,
+        now,
+    };
+    let mut out = LinkPlan {
+        recheck_in,
+        ..LinkPlan::default()
+    };
+    let mut by_pair: HashMap<(String, String), Vec<&Link>> = HashMap::new();
+    for l in stored {
+        if l.deleted {
+            if !ctx.holding.contains(l.source_node.as_str()) {
+                out.hard_deletes.push(l.link_id.clone());
+            }
+            continue;
+        }
+        by_pair
+            .entry(edge(&l.source_group, &l.dest_group))
+            .or_default()
+            .push(l);
+    }
+    // Groups whose nodes hold links, ready or within their grace: a group
+    // whose only node is reconnecting keeps its links.
+    let groups: Vec<&str> = ctx
+        .holding
+        .iter()
+        .filter_map(|id| ctx.group_of.get(id).copied())
+        .collect::<BTreeSet<&str>>()
+        .into_iter()
+        .collect();
+    for (i, a) in groups.iter().enumerate() {
+        for b in &groups[i + 1..] {
+            if !may_link(graphs, a, b) {
+                continue;
+            }
+            let existing = by_pair.remove(&edge(a, b)).unwrap_or_default();
+            plan_pair(&ctx, a, b, existing, new_id, &mut out);
+        }
+    }
+    // Whatever is left is a pair no longer allowed, or a group now empty.
+    let mut leftovers: Vec<&Link> = by_pair.into_values().flatten().collect();
+    leftovers.sort_by(|x, y| x.link_id.cmp(&y.link_id));
+    for l in leftovers {
+        tombstone(
+            l,
+            "the topology no longer links these groups",
+            &ctx,
+            &mut out,
+        );
+    }
+    out
+}
+
+/// What planning one pair needs to know.
+struct Ctx<'a> {
+    members: &'a Members<'a>,
+    holding: BTreeSet<&'a str>,
+    group_of: HashMap<&'a str, &'a str>,
+    now: i64,
+}
+
+impl<'a> Ctx<'a> {
+    fn group(&self, name: &'a str) -> Group<'a> {
+        let empty: &[&NodeRecord] = &[];
+        Group {
+            name,
+            nodes: self.members.get(name).map_or(empty, Vec::as_slice),
+        }
+    }
+}
+
+fn tombstone(l: &Link, why: &str, ctx: &Ctx<'_>, out: &mut LinkPlan) {
+    if ctx.holding.contains(l.source_node.as_str()) {
+        let mut dead = l.clone();
+        dead.deleted = true;
+        dead.status_msg = why.to_string();
+        dead.updated_at = ctx.now;
+        out.upserts.push(dead);
+    } else {
+        out.hard_deletes.push(l.link_id.clone());
+    }
+}
+
+fn plan_pair<'a>(
+    ctx: &Ctx<'a>,
+    a: &'a str,
+    b: &'a str,
+    mut existing: Vec<&Link>,
+    new_id: &mut dyn FnMut() -> String,
+    out: &mut LinkPlan,
+) {
+    existing.sort_by(|x, y| x.link_id.cmp(&y.link_id));
+    let mut kept = None;
+    for l in existing {
+        if kept.is_some() {
+            tombstone(l, "duplicate link for this group pair", ctx, out);
+            continue;
+        }
+        match revise(ctx, l, out) {
+            Some(link) => kept = Some(link),
+            None => tombstone(l, "its destination departed", ctx, out),
+        }
+    }
+    let link = kept.or_else(|| create(ctx, a, b, new_id, out));
+    if let Some(link) = link {
+        out.live.push(link);
+    }
+}
+
+/// The link kept up to date (moved and/or claimed), or `None` if its
+/// destination is gone and it must be recreated.
+fn revise(ctx: &Ctx<'_>, l: &Link, out: &mut LinkPlan) -> Option<Link> {
+    let (src, dst) = (ctx.group(&l.source_group), ctx.group(&l.dest_group));
+    let dest_ok = match &l.dest_node {
+        Some(d) => dst.holds(d, ctx),
+        None => dst.serves(&l.dest_endpoint),
+    };
+    if !dest_ok {
+        return None;
+    }
+    let mut link = l.clone();
+    let mut changed = false;
+    if !src.holds(&l.source_node, ctx) {
+        let key = pair_key(&l.source_group, &l.dest_group);
+        let sibling = gateway::choose(&key, src.nodes.iter().map(|n| n.id.as_str()))?;
+        // The old connection's claim must not claim the moved link: only the
+        // new source's connection may.
+        link.dest_node = None;
+        for n in dst.nodes.iter().filter(|n| holds_incoming(n, &l.link_id)) {
+            out.consumed_claims.push((n.id.clone(), l.link_id.clone()));
+        }
+        link.status_msg = format!("gateway moved from {} to {sibling}", l.source_node);
+        link.source_node = sibling.to_string();
+        link.status = LinkStatus::Pending;
+        changed = true;
+    } else if link.dest_node.is_none()
+        && let Some(claimant) = dst.claimant(&link.link_id)
+    {
+        link.dest_node = Some(claimant.to_string());
+        link.status = LinkStatus::Applied;
+        link.status_msg = String::new();
+        changed = true;
+    }
+    if changed {
+        link.updated_at = ctx.now;
+        out.upserts.push(link.clone());
+    }
+    Some(link)
+}
+
+/// A new link for the pair: towards the group with an external endpoint
+/// (the later-named one when both have), from a gateway chosen in the other.
+fn create<'a>(
+    ctx: &Ctx<'a>,
+    a: &'a str,
+    b: &'a str,
+    new_id: &mut dyn FnMut() -> String,
+    out: &mut LinkPlan,
+) -> Option<Link> {
+    let group = |g: &'a str| ctx.group(g);
+    let key = pair_key(a, b);
+    let (src_group, dst_group) = if group(b).with_external().next().is_some() {
+        (a, b)
+    } else if group(a).with_external().next().is_some() {
+        (b, a)
+    } else {
+        out.unlinkable.push((a.to_string(), b.to_string()));
+        return None;
+    };
+    let dst = group(dst_group);
+    let targets: BTreeMap<&str, &str> = dst.with_external().collect();
+    let target = gateway::choose(&key, targets.keys().copied())?;
+    let endpoint = targets.get(target)?.to_string();
+    let source = gateway::choose(&key, group(src_group).nodes.iter().map(|n| n.id.as_str()))?;
+    let link_id = new_id();
+    let link = Link {
+        config_data: linkconfig::config_data(&endpoint, &link_id),
+        link_id,
+        source_node: source.to_string(),
+        source_group: src_group.to_string(),
+        dest_group: dst_group.to_string(),
+        dest_node: None,
+        dest_endpoint: endpoint,
+        status: LinkStatus::Pending,
+        status_msg: String::new(),
+        deleted: false,
+        updated_at: ctx.now,
+    };
+    out.upserts.push(link.clone());
+    Some(link)
+}

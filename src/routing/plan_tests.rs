@@ -1,0 +1,369 @@
+//! Link planning and route expansion on hand-built facts.
+
+use std::collections::BTreeSet;
+
+use super::links::{members, plan};
+use super::routes::expand;
+use super::topology::{SegmentGraph, resolve};
+use crate::config::{AdjacencyEntry, SegmentConfig, TopologyConfig};
+use crate::store::model::{
+    ConnectionDetail, Link, LinkStatus, Name, NodeRecord, ReplicaRef, Session, SessionState,
+    Template,
+};
+
+fn mk_node(group: &str, node: &str) -> NodeRecord {
+    NodeRecord {
+        id: format!("{group}/{node}"),
+        group: Some(group.into()),
+        connection_details: vec![ConnectionDetail {
+            endpoint: format!("{node}.{group}:1"),
+            external_endpoint: Some(format!("{node}.{group}:2")),
+            ..Default::default()
+        }],
+        reported_connections: vec![],
+        reported_routes: vec![],
+        received_links: vec![],
+        session: Some(Session {
+            id: uuid::Uuid::nil(),
+            generation: 1,
+            owner: ReplicaRef {
+                id: "r".into(),
+                incarnation: 1,
+            },
+            state: SessionState::Ready,
+        }),
+        generation: 1,
+        departure: None,
+        updated_at: 0,
+    }
+}
+
+fn mk_graphs(mode: &TopologyConfig, nodes: &[NodeRecord]) -> Vec<SegmentGraph> {
+    let groups: BTreeSet<String> = nodes.iter().filter_map(|n| n.group.clone()).collect();
+    resolve(mode, &[], &groups)
+}
+
+fn mesh() -> TopologyConfig {
+    TopologyConfig::Links(vec![AdjacencyEntry {
+        group: "*".into(),
+        neighbors: vec!["*".into()],
+    }])
+}
+
+fn chain(groups: &[&str]) -> TopologyConfig {
+    TopologyConfig::Links(
+        groups
+            .windows(2)
+            .map(|w| AdjacencyEntry {
+                group: w[0].into(),
+                neighbors: vec![w[1].into()],
+            })
+            .collect(),
+    )
+}
+
+fn ids() -> impl FnMut() -> String {
+    let mut n = 0;
+    move || {
+        n += 1;
+        format!("l-{n}")
+    }
+}
+
+/// Plans until nothing changes, claiming every link as a real destination
+/// would, and returns the live links.
+fn converge(nodes: &mut [NodeRecord], mode: &TopologyConfig) -> Vec<Link> {
+    let graphs = mk_graphs(mode, nodes);
+    let mut stored: Vec<Link> = Vec::new();
+    let mut new_id = ids();
+    for _ in 0..5 {
+        let p = plan(nodes, &stored, &graphs, 0, &mut new_id);
+        for l in &p.upserts {
+            stored.retain(|s| s.link_id != l.link_id);
+            stored.push(l.clone());
+        }
+        stored.retain(|s| !p.hard_deletes.contains(&s.link_id));
+        for l in stored
+            .iter()
+            .filter(|l| !l.deleted && l.dest_node.is_none())
+        {
+            if let Some(n) = nodes.iter_mut().find(|n| {
+                Some(&l.dest_endpoint) == n.connection_details[0].external_endpoint.as_ref()
+            }) {
+                n.received_links.push(l.link_id.clone());
+            }
+        }
+    }
+    stored.into_iter().filter(|l| !l.deleted).collect()
+}
+
+fn mk_name(last: &str) -> Name {
+    Name {
+        components: ["org".into(), "ns".into(), last.into()],
+        id: None,
+    }
+}
+
+fn mk_template(node: &str, seq: u64) -> Template {
+    Template {
+        name: mk_name("app"),
+        node: node.into(),
+        generation: 1,
+        seq,
+    }
+}
+
+#[test]
+fn full_mesh_of_three_groups_plans_three_links() {
+    let nodes = vec![mk_node("a", "n1"), mk_node("b", "n1"), mk_node("c", "n1")];
+    let p = plan(&nodes, &[], &mk_graphs(&mesh(), &nodes), 7, &mut ids());
+    assert_eq!(p.upserts.len(), 3);
+    let pairs: Vec<(&str, &str)> = p
+        .live
+        .iter()
+        .map(|l| (l.source_group.as_str(), l.dest_group.as_str()))
+        .collect();
+    assert_eq!(
+        pairs,
+        [("a", "b"), ("a", "c"), ("b", "c")],
+        "the later-named group is the destination"
+    );
+    let l = &p.live[0];
+    assert_eq!(
+        (l.status, l.dest_node.as_deref(), l.updated_at),
+        (LinkStatus::Pending, None, 7)
+    );
+    assert_eq!(l.dest_endpoint, "n1.b:2");
+    assert!(l.config_data.contains(&l.link_id));
+}
+
+#[test]
+fn planning_again_changes_nothing() {
+    let nodes = vec![mk_node("a", "n1"), mk_node("b", "n1")];
+    let graphs = mk_graphs(&mesh(), &nodes);
+    let first = plan(&nodes, &[], &graphs, 0, &mut ids());
+    let second = plan(&nodes, &first.upserts, &graphs, 0, &mut ids());
+    assert!(second.upserts.is_empty() && second.hard_deletes.is_empty());
+    assert_eq!(second.live, first.live);
+}
+
+#[test]
+fn a_claim_applies_the_link() {
+    let mut nodes = vec![mk_node("a", "n1"), mk_node("b", "n1")];
+    let live = converge(&mut nodes, &mesh());
+    assert_eq!(live.len(), 1);
+    assert_eq!(live[0].status, LinkStatus::Applied);
+    assert_eq!(live[0].dest_node.as_deref(), Some("b/n1"));
+}
+
+#[test]
+fn a_departed_source_moves_to_a_sibling_and_is_claimed_again() {
+    let mut nodes = vec![mk_node("a", "n1"), mk_node("a", "n2"), mk_node("b", "n1")];
+    let live = converge(&mut nodes, &mesh());
+    let source = live[0].source_node.clone();
+    nodes.retain(|n| n.id != source);
+    let p = plan(&nodes, &live, &mk_graphs(&mesh(), &nodes), 0, &mut ids());
+    let moved = &p.upserts[0];
+    assert_eq!(moved.link_id, live[0].link_id, "same link id");
+    assert_ne!(moved.source_node, source);
+    assert_eq!(
+        (moved.status, moved.dest_node.as_deref()),
+        (LinkStatus::Pending, None)
+    );
+    assert_eq!(
+        p.consumed_claims,
+        [("b/n1".to_string(), moved.link_id.clone())]
+    );
+}
+
+#[test]
+fn a_departed_destination_is_deleted_and_recreated_towards_a_sibling() {
+    let mut nodes = vec![mk_node("a", "n1"), mk_node("b", "n1"), mk_node("b", "n2")];
+    let live = converge(&mut nodes, &mesh());
+    let dest = live[0].dest_node.clone().unwrap();
+    nodes.retain(|n| n.id != dest);
+    let p = plan(&nodes, &live, &mk_graphs(&mesh(), &nodes), 0, &mut || {
+        "l-new".into()
+    });
+    let tomb: Vec<_> = p.upserts.iter().filter(|l| l.deleted).collect();
+    assert_eq!(tomb.len(), 1, "the old link is deleted on its source");
+    assert_eq!(p.live.len(), 1);
+    assert_eq!(p.live[0].link_id, "l-new");
+    assert!(
+        !p.live[0]
+            .dest_endpoint
+            .contains(dest.split('/').nth(1).unwrap())
+    );
+}
+
+#[test]
+fn the_last_node_of_a_group_takes_its_links_with_it() {
+    let mut nodes = vec![mk_node("a", "n1"), mk_node("b", "n1"), mk_node("c", "n1")];
+    let live = converge(&mut nodes, &mesh());
+    nodes.retain(|n| n.group.as_deref() != Some("a"));
+    let p = plan(&nodes, &live, &mk_graphs(&mesh(), &nodes), 0, &mut ids());
+    assert_eq!(p.hard_deletes.len(), 2, "links a sourced go with a's node");
+    assert_eq!(p.live.len(), 1);
+    assert!(p.upserts.is_empty());
+}
+
+#[test]
+fn links_towards_a_departed_group_are_soft_deleted_on_their_source() {
+    let mut nodes = vec![mk_node("a", "n1"), mk_node("b", "n1")];
+    let live = converge(&mut nodes, &mesh());
+    nodes.retain(|n| n.group.as_deref() != Some("b"));
+    let p = plan(&nodes, &live, &mk_graphs(&mesh(), &nodes), 0, &mut ids());
+    assert_eq!(p.upserts.len(), 1);
+    assert!(p.upserts[0].deleted);
+}
+
+#[test]
+fn star_spokes_never_link_each_other() {
+    let star = TopologyConfig::Links(vec![AdjacencyEntry {
+        group: "hub".into(),
+        neighbors: vec!["*".into()],
+    }]);
+    let nodes = vec![mk_node("hub", "n1"), mk_node("x", "n1"), mk_node("y", "n1")];
+    let p = plan(&nodes, &[], &mk_graphs(&star, &nodes), 0, &mut ids());
+    let pairs: BTreeSet<(String, String)> = p
+        .live
+        .iter()
+        .map(|l| (l.source_group.clone(), l.dest_group.clone()))
+        .collect();
+    assert_eq!(
+        pairs,
+        BTreeSet::from([("hub".into(), "x".into()), ("hub".into(), "y".into())])
+    );
+}
+
+#[test]
+fn pairs_without_external_endpoints_are_reported_unlinkable() {
+    let mut nodes = vec![mk_node("a", "n1"), mk_node("b", "n1")];
+    for n in &mut nodes {
+        n.connection_details[0].external_endpoint = None;
+    }
+    let p = plan(&nodes, &[], &mk_graphs(&mesh(), &nodes), 0, &mut ids());
+    assert!(p.live.is_empty());
+    assert_eq!(p.unlinkable, [("a".to_string(), "b".to_string())]);
+}
+
+#[test]
+fn duplicate_links_of_a_pair_are_reduced_to_one() {
+    let mut nodes = vec![mk_node("a", "n1"), mk_node("b", "n1")];
+    let live = converge(&mut nodes, &mesh());
+    let mut twin = live[0].clone();
+    twin.link_id = "z-twin".into();
+    let stored = vec![live[0].clone(), twin];
+    let p = plan(&nodes, &stored, &mk_graphs(&mesh(), &nodes), 0, &mut ids());
+    assert_eq!(p.live.len(), 1);
+    assert_eq!(p.upserts.iter().filter(|l| l.deleted).count(), 1);
+}
+
+#[test]
+fn chain_routes_go_up_to_the_first_announcer_and_down_to_later_ones() {
+    let mut nodes: Vec<_> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|g| mk_node(g, "n1"))
+        .collect();
+    let mode = chain(&["a", "b", "c", "d"]);
+    let live = converge(&mut nodes, &mode);
+    assert_eq!(live.len(), 3);
+    let graphs = mk_graphs(&mode, &nodes);
+    let m = members(&nodes);
+    let first = expand(&nodes, &m, &live, &[mk_template("a/n1", 1)], &graphs, 0);
+    let hops: BTreeSet<String> = first.values().map(|r| r.source_node.clone()).collect();
+    assert_eq!(
+        hops,
+        BTreeSet::from(["b/n1".into(), "c/n1".into(), "d/n1".into()]),
+        "upward from every other group"
+    );
+    let both = [mk_template("a/n1", 1), mk_template("d/n1", 2)];
+    let routes = expand(&nodes, &m, &live, &both, &graphs, 0);
+    assert_eq!(routes.len(), 6, "three up, three down");
+    let on_a: Vec<_> = routes
+        .values()
+        .filter(|r| r.source_node == "a/n1")
+        .collect();
+    assert_eq!(on_a.len(), 1);
+    assert_eq!(on_a[0].dest_node, "d/n1");
+}
+
+#[test]
+fn routes_wait_for_an_applied_link() {
+    let nodes = vec![mk_node("a", "n1"), mk_node("b", "n1")];
+    let graphs = mk_graphs(&mesh(), &nodes);
+    let p = plan(&nodes, &[], &graphs, 0, &mut ids());
+    let routes = expand(
+        &nodes,
+        &members(&nodes),
+        &p.live,
+        &[mk_template("a/n1", 1)],
+        &graphs,
+        0,
+    );
+    assert!(routes.is_empty());
+}
+
+#[test]
+fn group_segments_keep_customers_apart() {
+    let mode = TopologyConfig::Segments(vec![SegmentConfig {
+        name: "seg-$group".into(),
+        links: vec![AdjacencyEntry {
+            group: "cloud".into(),
+            neighbors: vec!["$group".into()],
+        }],
+    }]);
+    let mut nodes = vec![
+        mk_node("cloud", "n1"),
+        mk_node("ca", "n1"),
+        mk_node("cb", "n1"),
+    ];
+    let live = converge(&mut nodes, &mode);
+    assert_eq!(live.len(), 2);
+    let graphs = mk_graphs(&mode, &nodes);
+    let routes = expand(
+        &nodes,
+        &members(&nodes),
+        &live,
+        &[mk_template("ca/n1", 1)],
+        &graphs,
+        0,
+    );
+    let sources: Vec<_> = routes.values().map(|r| r.source_node.as_str()).collect();
+    assert_eq!(sources, ["cloud/n1"], "cb never learns of ca's name");
+}
+
+#[test]
+fn a_destination_that_just_crashed_keeps_its_link_for_the_grace() {
+    use super::links::DEPARTURE_GRACE_SECS;
+    use crate::store::model::{Departure, DepartureKind};
+    let mut nodes = vec![mk_node("a", "n1"), mk_node("b", "n1"), mk_node("b", "n2")];
+    let live = converge(&mut nodes, &mesh());
+    let dest = live[0].dest_node.clone().unwrap();
+    let gone = nodes.iter_mut().find(|n| n.id == dest).unwrap();
+    gone.session = None;
+    gone.departure = Some(Departure {
+        generation: 1,
+        kind: DepartureKind::Crash,
+    });
+    gone.updated_at = 100;
+    let graphs = mk_graphs(&mesh(), &nodes);
+    let within = plan(&nodes, &live, &graphs, 101, &mut || "l-new".into());
+    assert!(
+        within.upserts.is_empty(),
+        "kept while it may be reconnecting"
+    );
+    assert_eq!(within.recheck_in, Some(DEPARTURE_GRACE_SECS - 1));
+    let after = plan(
+        &nodes,
+        &live,
+        &graphs,
+        100 + DEPARTURE_GRACE_SECS,
+        &mut || "l-new".into(),
+    );
+    assert_eq!(
+        after.live[0].link_id, "l-new",
+        "recreated once the grace is over"
+    );
+    assert_eq!(after.recheck_in, None);
+}

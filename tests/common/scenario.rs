@@ -1,0 +1,227 @@
+//! Scenario building blocks shared by the routing and healing suites: a
+//! replica with a topology, a simulated fleet against it, and waits that
+//! check what the nodes hold as well as what the store says.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use slim_cp::config::{AdjacencyEntry, ReconcilerConfig, TopologyConfig};
+use slim_cp::server::{Options, Running};
+use slim_cp::sim::{FleetOptions, SimFleet, SimNodeSpec, SimOptions};
+use slim_cp::store::model::{Link, LinkStatus, RouteStatus};
+
+use super::{PATIENCE, start_replica, wait_for};
+
+pub fn mk_links(pairs: &[(&str, &[&str])]) -> TopologyConfig {
+    TopologyConfig::Links(
+        pairs
+            .iter()
+            .map(|(g, n)| AdjacencyEntry {
+                group: g.to_string(),
+                neighbors: n.iter().map(|s| s.to_string()).collect(),
+            })
+            .collect(),
+    )
+}
+
+pub async fn mk_cp(topology: TopologyConfig) -> Running {
+    start_replica(Options {
+        topology,
+        reconciler: ReconcilerConfig {
+            base_retry_delay: Duration::from_millis(50),
+            ..ReconcilerConfig::default()
+        },
+        ..Options::loopback()
+    })
+    .await
+}
+
+/// `groups` × `per_group` nodes, each with an external endpoint.
+pub async fn mk_fleet(cp: &Running, groups: &[&str], per_group: usize) -> SimFleet {
+    let sized: Vec<(&str, usize)> = groups.iter().map(|g| (*g, per_group)).collect();
+    mk_fleet_sized(cp, &sized).await
+}
+
+/// The data-plane endpoint of the `i`-th simulated node (in-memory
+/// network: the ports are names, nothing listens on them).
+fn endpoint(i: usize) -> String {
+    format!("127.0.0.1:{}", 30000 + i)
+}
+
+fn mk_spec(group: &str, node: &str, endpoint: String) -> SimNodeSpec {
+    let mut spec = SimNodeSpec::new(node, Some(group), &endpoint);
+    spec.external_endpoint = Some(endpoint);
+    spec
+}
+
+/// A fleet with the given number of nodes per group (`n0`, `n1`, ...),
+/// each with an external endpoint, all registered.
+pub async fn mk_fleet_sized(cp: &Running, groups: &[(&str, usize)]) -> SimFleet {
+    let mut specs = Vec::new();
+    for (g, count) in groups {
+        for i in 0..*count {
+            specs.push(mk_spec(g, &format!("n{i}"), endpoint(specs.len())));
+        }
+    }
+    let opts = FleetOptions {
+        nodes_per_channel: 8,
+        node: SimOptions {
+            connect_retry_interval: Duration::from_millis(50),
+            ..SimOptions::default()
+        },
+    };
+    let fleet = SimFleet::start(&format!("http://{}", cp.southbound_addr), specs, opts).unwrap();
+    assert!(
+        fleet.wait_all_registered(PATIENCE).await,
+        "lost: {:?}",
+        fleet.lost()
+    );
+    fleet
+}
+
+/// Starts `group/node` again on a new endpoint (the old process must be
+/// gone); returns the new endpoint once it is registered.
+pub async fn respawn_elsewhere(_cp: &Running, fleet: &mut SimFleet, id: &str) -> String {
+    let (group, node) = id.split_once('/').expect("group/node");
+    let moved = endpoint(10_000 + fleet.nodes().len());
+    let spawned = fleet
+        .spawn(mk_spec(group, node, moved.clone()))
+        .expect("spawned")
+        .clone();
+    assert!(
+        spawned.wait_registered(PATIENCE).await,
+        "{:?}",
+        spawned.state()
+    );
+    moved
+}
+
+/// Waits until the store has exactly `n` Applied links and each is held by
+/// its source (outgoing) and its destination (incoming).
+pub async fn wait_links(cp: &Running, fleet: &SimFleet, n: usize) -> Vec<Link> {
+    wait_for(&format!("{n} applied links held by both ends"), || async {
+        let links: Vec<_> = cp
+            .store
+            .list_links()
+            .await
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .filter(|l| !l.deleted)
+            .collect();
+        let applied = links
+            .iter()
+            .filter(|l| l.status == LinkStatus::Applied)
+            .count();
+        let held = links
+            .iter()
+            .filter(|l| {
+                let at = |node: &str, incoming: bool| {
+                    fleet.node(node).is_some_and(|s| {
+                        s.connections().iter().any(|c| {
+                            c.link_id.as_deref() == Some(&l.link_id)
+                                && (c.direction
+                                    == slim_cp::proto::sb::ConnectionDirection::Incoming)
+                                    == incoming
+                        })
+                    })
+                };
+                at(&l.source_node, false) && l.dest_node.as_deref().is_some_and(|d| at(d, true))
+            })
+            .count();
+        if links.len() == n && applied == n && held == n {
+            Ok(links)
+        } else {
+            Err(format!(
+                "{} links, {applied} applied, {held} held: {links:?}",
+                links.len()
+            ))
+        }
+    })
+    .await
+}
+
+/// Waits until every node in `holders` holds a route for `last` and the
+/// store's routes for it are all Applied; returns the store's route count.
+pub async fn wait_routes(cp: &Running, fleet: &SimFleet, last: &str, holders: &[&str]) -> usize {
+    wait_for(&format!("routes for {last} on {holders:?}"), || async {
+        let routes: Vec<_> = cp
+            .store
+            .list_routes()
+            .await
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .filter(|r| r.name.components[2] == last)
+            .collect();
+        let applied = routes.iter().all(|r| r.status == RouteStatus::Applied);
+        let on_nodes: BTreeSet<String> = fleet
+            .nodes()
+            .iter()
+            .filter(|n| {
+                n.routes()
+                    .iter()
+                    .any(|r| r.name[2] == last && r.link_id.is_some())
+            })
+            .map(|n| n.effective_id().to_string())
+            .collect();
+        let want: BTreeSet<String> = holders.iter().map(|s| s.to_string()).collect();
+        if applied && on_nodes == want && !routes.is_empty() {
+            Ok(routes.len())
+        } else {
+            Err(format!(
+                "applied={applied} on_nodes={on_nodes:?} routes={routes:?}"
+            ))
+        }
+    })
+    .await
+}
+
+pub async fn wait_routes_gone(cp: &Running, fleet: &SimFleet, last: &str) {
+    wait_for(&format!("routes for {last} gone"), || async {
+        let stored = cp
+            .store
+            .list_routes()
+            .await
+            .map_err(|e| e.to_string())?
+            .iter()
+            .filter(|r| r.name.components[2] == last)
+            .count();
+        let held = fleet
+            .nodes()
+            .iter()
+            .filter(|n| {
+                n.routes()
+                    .iter()
+                    .any(|r| r.name[2] == last && r.link_id.is_some())
+            })
+            .count();
+        if stored == 0 && held == 0 {
+            Ok(())
+        } else {
+            Err(format!("{stored} stored, {held} held"))
+        }
+    })
+    .await;
+}
+/// Which node holds a route for `last` over which link, as the nodes say.
+pub fn held_routes(fleet: &SimFleet, last: &str) -> BTreeSet<(String, String)> {
+    fleet
+        .nodes()
+        .iter()
+        .flat_map(|n| {
+            n.routes()
+                .into_iter()
+                .filter(|r| r.name[2] == last)
+                .filter_map(|r| Some((n.effective_id().to_string(), r.link_id?)))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+pub fn link_between<'a>(links: &'a [Link], a: &str, b: &str) -> &'a Link {
+    links
+        .iter()
+        .find(|l| {
+            (l.source_group == a && l.dest_group == b) || (l.source_group == b && l.dest_group == a)
+        })
+        .unwrap_or_else(|| panic!("no link {a}-{b} in {links:?}"))
+}

@@ -1,0 +1,336 @@
+//! Departures, crashes, gateway failover and reconnect storms with
+//! simulated fleets: after each, the nodes hold exactly one link per
+//! allowed group pair and every announced name is reachable from every
+//! group over what the nodes hold.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::reach::unreachable;
+use common::scenario::{
+    mk_cp, mk_fleet, mk_fleet_sized, mk_links, wait_links, wait_routes, wait_routes_gone,
+};
+use common::wait_for;
+use slim_cp::server::Running;
+use slim_cp::sim::SimFleet;
+use slim_cp::store::model::Link;
+
+const MESH: &[(&str, &[&str])] = &[("*", &["*"])];
+
+async fn wait_reachable(fleet: &SimFleet, last: &str, announcers: &[&str]) {
+    wait_for(&format!("{last} reachable from every group"), || async {
+        let missing = unreachable(fleet, last, announcers);
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("unreachable from {missing:?}"))
+        }
+    })
+    .await;
+}
+
+fn only_link(links: &[Link]) -> &Link {
+    assert_eq!(links.len(), 1, "{links:?}");
+    &links[0]
+}
+
+/// a (two nodes) and b (one), `app` announced in b and reachable from a.
+async fn two_groups(a_nodes: usize, b_nodes: usize) -> (Running, SimFleet, Link) {
+    let cp = mk_cp(mk_links(MESH)).await;
+    let fleet = mk_fleet_sized(&cp, &[("a", a_nodes), ("b", b_nodes)]).await;
+    let link = only_link(&wait_links(&cp, &fleet, 1).await).clone();
+    (cp, fleet, link)
+}
+
+/// Scenario: the source-side gateway crashes; its outgoing link moves to
+/// its sibling under the same id, is claimed again, and traffic flows.
+#[tokio::test]
+async fn source_gateway_crash_moves_the_link_to_a_sibling() {
+    let (cp, fleet, link) = two_groups(2, 1).await;
+    fleet
+        .node("b/n0")
+        .unwrap()
+        .announce(["org", "ns", "app"])
+        .unwrap();
+    wait_reachable(&fleet, "app", &["b"]).await;
+    fleet.node(&link.source_node).unwrap().crash();
+    let moved = only_link(&wait_links(&cp, &fleet, 1).await).clone();
+    assert_eq!(moved.link_id, link.link_id, "same link, new source");
+    assert_ne!(moved.source_node, link.source_node);
+    assert_eq!(
+        moved.dest_node, link.dest_node,
+        "claimed again by the destination"
+    );
+    wait_reachable(&fleet, "app", &["b"]).await;
+}
+
+/// Scenario: the destination-side gateway crashes; the link is recreated
+/// towards its sibling's endpoint and the old one leaves the source.
+#[tokio::test]
+async fn destination_gateway_crash_recreates_the_link_to_a_sibling() {
+    let (cp, fleet, link) = two_groups(1, 2).await;
+    fleet
+        .node("a/n0")
+        .unwrap()
+        .announce(["org", "ns", "app"])
+        .unwrap();
+    wait_reachable(&fleet, "app", &["a"]).await;
+    let dest = link.dest_node.clone().unwrap();
+    fleet.node(&dest).unwrap().crash();
+    let new = only_link(&wait_links(&cp, &fleet, 1).await).clone();
+    assert_ne!(new.link_id, link.link_id);
+    assert_ne!(new.dest_node.as_deref(), Some(dest.as_str()));
+    let source_links: Vec<_> = fleet
+        .node("a/n0")
+        .unwrap()
+        .connections()
+        .into_iter()
+        .filter_map(|c| c.link_id)
+        .collect();
+    assert_eq!(
+        source_links,
+        std::slice::from_ref(&new.link_id),
+        "the old link was deleted on the source"
+    );
+    wait_reachable(&fleet, "app", &["a"]).await;
+}
+
+/// Scenario: an announcer crashes — its routes leave every node — then
+/// returns, and the routes come back.
+#[tokio::test]
+async fn announcer_crash_then_return() {
+    let cp = mk_cp(mk_links(MESH)).await;
+    let fleet = mk_fleet(&cp, &["a", "b", "c"], 1).await;
+    wait_links(&cp, &fleet, 3).await;
+    let announcer = fleet.node("a/n0").unwrap();
+    announcer.announce(["org", "ns", "svc"]).unwrap();
+    wait_routes(&cp, &fleet, "svc", &["b/n0", "c/n0"]).await;
+    announcer.crash();
+    wait_routes_gone(&cp, &fleet, "svc").await;
+    assert!(cp.store.list_templates().await.unwrap().is_empty());
+    announcer.restart().unwrap();
+    wait_links(&cp, &fleet, 3).await;
+    wait_routes(&cp, &fleet, "svc", &["b/n0", "c/n0"]).await;
+    wait_reachable(&fleet, "svc", &["a"]).await;
+}
+
+/// Scenario: the last node of a group leaves; the group's links leave the
+/// store and every node.
+#[tokio::test]
+async fn last_node_of_a_group_takes_its_links() {
+    let cp = mk_cp(mk_links(MESH)).await;
+    let fleet = mk_fleet(&cp, &["a", "b", "c"], 1).await;
+    wait_links(&cp, &fleet, 3).await;
+    let resp = fleet.node("b/n0").unwrap().deregister().await.unwrap();
+    assert!(resp.success);
+    let links = wait_links(&cp, &fleet, 1).await;
+    assert!(
+        links
+            .iter()
+            .all(|l| l.source_group != "b" && l.dest_group != "b")
+    );
+    let held: usize = ["a/n0", "c/n0"]
+        .iter()
+        .map(|n| fleet.node(n).unwrap().connections().len())
+        .sum();
+    assert_eq!(held, 2, "only the a-c link, at both ends");
+    wait_for("b forgotten", || async {
+        match cp.store.get_node("b/n0").await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(r) => Err(format!("{r:?}")),
+        }
+    })
+    .await;
+}
+
+/// Scenario: deregistration forgets the node; a crash keeps it as not
+/// connected; both take their routes and links with them.
+#[tokio::test]
+async fn deregistration_versus_crash() {
+    let cp = mk_cp(mk_links(MESH)).await;
+    let fleet = mk_fleet(&cp, &["a", "b", "c"], 1).await;
+    wait_links(&cp, &fleet, 3).await;
+    fleet.node("b/n0").unwrap().deregister().await.unwrap();
+    fleet.node("c/n0").unwrap().crash();
+    wait_for("departures", || async {
+        let b = cp.store.get_node("b/n0").await.map_err(|e| e.to_string())?;
+        let c = cp.store.get_node("c/n0").await.map_err(|e| e.to_string())?;
+        let links = cp.store.list_links().await.map_err(|e| e.to_string())?;
+        if b.is_none() && c.is_some_and(|c| !c.is_connected()) && links.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{links:?}"))
+        }
+    })
+    .await;
+    assert!(fleet.node("a/n0").unwrap().connections().is_empty());
+}
+
+/// Scenario: a destination node comes back on a different endpoint; the
+/// link follows it.
+#[tokio::test]
+async fn reconnect_on_a_new_endpoint_is_relinked() {
+    let (cp, mut fleet, link) = two_groups(1, 1).await;
+    fleet.node("b/n0").unwrap().crash();
+    wait_for("link gone", || async {
+        let n = cp
+            .store
+            .list_links()
+            .await
+            .map_err(|e| e.to_string())?
+            .len();
+        if n == 0 {
+            Ok(())
+        } else {
+            Err(format!("{n} links"))
+        }
+    })
+    .await;
+    let moved = common::scenario::respawn_elsewhere(&cp, &mut fleet, "b/n0").await;
+    let new = only_link(&wait_links(&cp, &fleet, 1).await).clone();
+    assert_ne!(new.link_id, link.link_id);
+    assert_eq!(new.dest_endpoint, moved);
+}
+
+/// Scenario: every node crashes and reconnects at once; the fleet ends with
+/// exactly one link per allowed pair and names reachable again.
+#[tokio::test]
+async fn whole_fleet_crash_and_reconnect() {
+    let cp = mk_cp(mk_links(MESH)).await;
+    let fleet = mk_fleet(&cp, &["a", "b", "c", "d"], 3).await;
+    wait_links(&cp, &fleet, 6).await;
+    fleet
+        .node("a/n1")
+        .unwrap()
+        .announce(["org", "ns", "x"])
+        .unwrap();
+    wait_reachable(&fleet, "x", &["a"]).await;
+    for n in fleet.nodes() {
+        n.crash();
+    }
+    for n in fleet.nodes() {
+        n.restart().unwrap();
+    }
+    assert!(fleet.wait_all_registered(common::PATIENCE).await);
+    let links = wait_links(&cp, &fleet, 6).await;
+    let pairs: BTreeSet<_> = links
+        .iter()
+        .map(|l| slim_cp::store::model::edge(&l.source_group, &l.dest_group))
+        .collect();
+    assert_eq!(pairs.len(), 6, "one link per pair, no duplicates");
+    wait_reachable(&fleet, "x", &["a"]).await;
+    assert_eq!(fleet.lost_count(), 0);
+}
+
+/// Scenario: the control plane closes a node's stream (it only re-opens
+/// its control stream); it keeps its incoming link without recreation.
+#[tokio::test]
+async fn stream_reconnect_keeps_incoming_links() {
+    let (cp, fleet, link) = two_groups(1, 1).await;
+    let dest = link.dest_node.clone().unwrap();
+    let session = cp.registry().get(&dest).unwrap().session();
+    cp.registry().remove(&dest, session);
+    wait_for("re-registered", || async {
+        let n = fleet.node(&dest).unwrap().registrations();
+        if n == 2 {
+            Ok(())
+        } else {
+            Err(format!("{n} registrations"))
+        }
+    })
+    .await;
+    let after = only_link(&wait_links(&cp, &fleet, 1).await).clone();
+    assert_eq!(after.link_id, link.link_id, "not recreated");
+}
+
+/// Regression (reference: a claim that survived a reconnect did not
+/// re-expand routes): after the destination re-opens its stream, names
+/// behind it are reachable again.
+#[tokio::test]
+async fn routes_follow_a_claim_that_survived_a_reconnect() {
+    let (cp, fleet, link) = two_groups(1, 1).await;
+    let dest = link.dest_node.clone().unwrap();
+    fleet
+        .node(&dest)
+        .unwrap()
+        .announce(["org", "ns", "behind"])
+        .unwrap();
+    wait_reachable(&fleet, "behind", &["b"]).await;
+    let session = cp.registry().get(&dest).unwrap().session();
+    cp.registry().remove(&dest, session);
+    wait_for("re-registered", || async {
+        let n = fleet.node(&dest).unwrap().registrations();
+        if n == 2 {
+            Ok(())
+        } else {
+            Err(format!("{n} registrations"))
+        }
+    })
+    .await;
+    wait_reachable(&fleet, "behind", &["b"]).await;
+}
+
+/// Regression (reference: registration raced deregistration and crash of
+/// the same node, leaving links stuck mid-claim): a node that registers,
+/// crashes and comes back many times in quick succession ends with one
+/// Applied link, held by both ends.
+#[tokio::test]
+async fn register_and_disconnect_races_leave_no_stuck_link() {
+    let (cp, fleet, _) = two_groups(1, 2).await;
+    let flapper = fleet.node("b/n1").unwrap();
+    for i in 0..20 {
+        flapper.crash();
+        if i % 3 == 0 {
+            tokio::task::yield_now().await;
+        }
+        flapper.restart().unwrap();
+        if i % 2 == 0 {
+            assert!(flapper.wait_registered(common::PATIENCE).await);
+        }
+    }
+    assert!(fleet.wait_all_registered(common::PATIENCE).await);
+    let link = only_link(&wait_links(&cp, &fleet, 1).await).clone();
+    assert!(link.dest_node.is_some(), "claimed, not stuck mid-claim");
+    assert_eq!(fleet.lost_count(), 0);
+}
+
+/// Regression (reference: route expansion after a registration used links
+/// from before the registration ensured them): names announced at once
+/// by freshly registered nodes converge, every time.
+#[tokio::test]
+async fn announcements_racing_link_creation_converge() {
+    for round in 0..3 {
+        let cp = mk_cp(mk_links(MESH)).await;
+        let fleet = mk_fleet(&cp, &["a", "b", "c"], 1).await;
+        fleet
+            .node("c/n0")
+            .unwrap()
+            .announce(["org", "ns", "early"])
+            .unwrap();
+        wait_links(&cp, &fleet, 3).await;
+        wait_reachable(&fleet, "early", &["c"]).await;
+        assert_eq!(fleet.lost_count(), 0, "round {round}");
+    }
+}
+
+/// Regression (reference: duplicate links for one group pair at 200 nodes
+/// in 2 of 3 runs): 20 groups of 10 nodes, full mesh — exactly 190 links.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_nodes_give_exactly_one_link_per_pair() {
+    let cp = mk_cp(mk_links(MESH)).await;
+    let groups: Vec<String> = (0..20).map(|g| format!("g{g:02}")).collect();
+    let sized: Vec<(&str, usize)> = groups.iter().map(|g| (g.as_str(), 10)).collect();
+    let fleet = mk_fleet_sized(&cp, &sized).await;
+    let links = wait_links(&cp, &fleet, 190).await;
+    let pairs: BTreeSet<_> = links
+        .iter()
+        .map(|l| slim_cp::store::model::edge(&l.source_group, &l.dest_group))
+        .collect();
+    assert_eq!(pairs.len(), 190);
+    let held: usize = fleet.nodes().iter().map(|n| n.connections().len()).sum();
+    assert_eq!(
+        held, 380,
+        "each link once at its source and once at its destination"
+    );
+}

@@ -1,0 +1,151 @@
+//! A control plane process: slim-cp, or the reference for side-by-side
+//! runs, on two free loopback ports with its config and log in the test dir.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::{Proc, free_port, upstream};
+
+/// Which control plane to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpKind {
+    /// This crate's `slim-cp serve`.
+    SlimCp,
+    /// The upstream single-replica `slim-control-plane`.
+    Reference,
+}
+
+/// What goes into a control plane's config file.
+#[derive(Clone, Debug)]
+pub struct CpConfig {
+    pub kind: CpKind,
+    /// YAML for the `topology:` section's body (indented two spaces by the
+    /// caller); `None` is API mode.
+    pub topology: Option<String>,
+    pub log_level: String,
+}
+
+impl CpConfig {
+    pub fn slim_cp() -> CpConfig {
+        CpConfig {
+            kind: CpKind::SlimCp,
+            topology: None,
+            log_level: "debug".into(),
+        }
+    }
+
+    pub fn reference() -> CpConfig {
+        CpConfig {
+            kind: CpKind::Reference,
+            ..CpConfig::slim_cp()
+        }
+    }
+
+    /// Config mode with the given `topology:` body.
+    pub fn with_topology(mut self, body: &str) -> CpConfig {
+        self.topology = Some(body.to_string());
+        self
+    }
+}
+
+/// A control plane process on two free loopback ports.
+pub struct ControlPlane {
+    pub kind: CpKind,
+    pub northbound: u16,
+    pub southbound: u16,
+    config: PathBuf,
+    proc: Proc,
+}
+
+impl ControlPlane {
+    /// Writes `<dir>/<name>.yaml`, starts the process, and returns once
+    /// both listeners accept TCP.
+    pub fn start(dir: &Path, name: &str, cfg: &CpConfig) -> ControlPlane {
+        let (northbound, southbound) = (free_port(), free_port());
+        // Both accept the reference's spelling of the memory store.
+        let mut yaml = format!(
+            "tracing:\n  log_level: {}\n\
+             northbound:\n  endpoint: \"127.0.0.1:{northbound}\"\n  tls:\n    insecure: true\n\
+             southbound:\n  endpoint: \"127.0.0.1:{southbound}\"\n  tls:\n    insecure: true\n\
+             database:\n  type: in_memory\n",
+            cfg.log_level
+        );
+        if let Some(body) = &cfg.topology {
+            yaml.push_str("topology:\n");
+            yaml.push_str(body);
+            if !body.ends_with('\n') {
+                yaml.push('\n');
+            }
+        }
+        let config = dir.join(format!("{name}.yaml"));
+        std::fs::write(&config, yaml).expect("write control plane config");
+        let log = dir.join(format!("{name}.log"));
+        let proc = Proc::spawn(name, Self::command(cfg.kind, &config, dir), &log);
+        let mut cp = ControlPlane {
+            kind: cfg.kind,
+            northbound,
+            southbound,
+            config,
+            proc,
+        };
+        cp.wait_ready();
+        cp
+    }
+
+    fn command(kind: CpKind, config: &Path, dir: &Path) -> Command {
+        let mut cmd = match kind {
+            CpKind::SlimCp => {
+                let mut c = Command::new(env!("CARGO_BIN_EXE_slim-cp"));
+                c.arg("serve");
+                c
+            }
+            CpKind::Reference => Command::new(upstream("slim-control-plane")),
+        };
+        cmd.arg("--config").arg(config).current_dir(dir);
+        if kind == CpKind::SlimCp {
+            // slim-cp lets RUST_LOG override `log_level`: keep its own debug
+            // lines but not hyper/h2's frame-by-frame ones, which would push
+            // everything useful out of a failure report's log tail.
+            cmd.env("RUST_LOG", "info,slim_cp=debug");
+        }
+        cmd
+    }
+
+    fn wait_ready(&mut self) {
+        self.proc.wait_listening(self.northbound);
+        self.proc.wait_listening(self.southbound);
+    }
+
+    /// `127.0.0.1:PORT` of the operator API, as slimctl's `--server`.
+    pub fn northbound_addr(&self) -> String {
+        format!("127.0.0.1:{}", self.northbound)
+    }
+
+    /// The URL a node's controller client dials.
+    pub fn southbound_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.southbound)
+    }
+
+    pub fn proc(&mut self) -> &mut Proc {
+        &mut self.proc
+    }
+
+    /// SIGKILL.
+    pub fn kill(&mut self) {
+        self.proc.kill();
+    }
+
+    /// Starts it again on the same ports and config (after `kill`).
+    pub fn restart(&mut self) {
+        self.proc.kill();
+        let dir = self.config.parent().expect("config dir").to_path_buf();
+        let log = self.proc.log_path().to_path_buf();
+        let name = self.proc.name().to_string();
+        self.proc = Proc::spawn(&name, Self::command(self.kind, &self.config, &dir), &log);
+        self.wait_ready();
+    }
+
+    pub fn report(&self, lines: usize) -> String {
+        self.proc.report(lines)
+    }
+}
