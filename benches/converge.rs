@@ -1,14 +1,15 @@
 //! Convergence benchmark, run by hand: `cargo bench --bench converge`
-//! (quick run: `cargo bench --bench converge -- --nodes 50 --groups 5
-//! --names 10 --only slim-cp`).
+//! (quick: `cargo bench --bench converge -- --nodes 50 --groups 5 --names 10
+//! --only slim-cp`; other flags: `--timeout SECS --log-level LEVEL
+//! --slim-cp PATH`).
 //!
-//! Each control plane runs as a separate process (so its memory can be
-//! read from /proc) with a full-mesh config on free loopback ports; a
-//! simulated fleet in this process registers, announces names, and is
-//! watched until what the nodes HOLD is converged: one live link per group
-//! pair and, per name, one route at each non-root group's gateway. No API
-//! is asked: a control plane that reports Applied but did not get the
-//! state onto the nodes has not converged.
+//! Each control plane runs as a separate process (so its memory can be read
+//! from /proc) with a full-mesh config on free loopback ports; a simulated
+//! fleet in this process registers, announces names, and is watched until
+//! what the nodes HOLD is converged: one live link per group pair and, per
+//! name, one route at each non-root group's gateway. No API is asked: a
+//! control plane that reports Applied without getting the state onto the
+//! nodes has not converged.
 
 #![forbid(unsafe_code)]
 
@@ -22,27 +23,18 @@ use anyhow::{Context, Result, bail};
 use slim_cp::proto::sb::{ConnectionDirection, ConnectionType};
 use slim_cp::sim::{FleetOptions, SimFleet, SimNodeSpec, SimOptions};
 
-/// How often the fleet is inspected: the time resolution of a result.
-const POLL: Duration = Duration::from_millis(50);
-/// How often progress (counts over time) is printed while waiting.
+/// Shortest pause between two inspections of the fleet. The pause grows
+/// with the inspection's cost so that watching never takes more than a
+/// fifth of a core from the fleet and the control plane under test.
+const MIN_POLL: Duration = Duration::from_millis(10);
+/// How often progress (the counts over time) is printed while waiting.
 const PROGRESS: Duration = Duration::from_secs(10);
-/// After convergence, how long the state must stay converged (a control
+/// After convergence the state must stay converged this long (a control
 /// plane that converges and then churns links is not done).
 const SETTLE: Duration = Duration::from_secs(3);
-const DEFAULT_SIZES: [Size; 2] = [
-    Size {
-        nodes: 200,
-        groups: 20,
-        names: 50,
-    },
-    Size {
-        nodes: 1000,
-        groups: 50,
-        names: 100,
-    },
-];
+const DEFAULT_SIZES: [Size; 2] = [Size::new(200, 20, 50), Size::new(1000, 50, 100)];
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Size {
     nodes: usize,
     groups: usize,
@@ -50,18 +42,20 @@ struct Size {
 }
 
 impl Size {
+    const fn new(nodes: usize, groups: usize, names: usize) -> Size {
+        Size {
+            nodes,
+            groups,
+            names,
+        }
+    }
     fn pairs(&self) -> usize {
         self.groups * (self.groups - 1) / 2
     }
-    fn label(&self) -> String {
-        format!("{}/{}/{}", self.nodes, self.groups, self.names)
-    }
-    /// Name k is announced by one node of group k % groups, walking
-    /// through that group's nodes so announcers are spread, not piled up.
+    /// Node announcing name k: n{k}, of group k % groups, so announcers
+    /// are spread over groups and nodes rather than piled on one.
     fn announcer(&self, k: usize) -> usize {
-        let per_group = self.nodes.div_ceil(self.groups);
-        let i = k % self.groups + self.groups * ((k / self.groups) % per_group);
-        if i < self.nodes { i } else { k % self.groups }
+        if k < self.nodes { k } else { k % self.groups }
     }
 }
 
@@ -73,9 +67,10 @@ enum Kind {
 
 impl Kind {
     fn label(self) -> &'static str {
-        match self {
-            Kind::SlimCp => "slim-cp",
-            Kind::Reference => "reference",
+        if self == Kind::SlimCp {
+            "slim-cp"
+        } else {
+            "reference"
         }
     }
 }
@@ -85,18 +80,21 @@ struct Args {
     only: Option<Kind>,
     timeout: Option<Duration>,
     log_level: String,
-    slim_cp: Option<PathBuf>,
+    slim_cp: PathBuf,
 }
 
 fn parse_args() -> Result<Args> {
+    // Cargo builds the crate's binaries for a bench, in the bench profile
+    // (`target/release` unless overridden).
+    let slim_cp = PathBuf::from(env!("CARGO_BIN_EXE_slim-cp"));
     let mut a = Args {
-        sizes: Vec::new(),
+        sizes: vec![],
         only: None,
         timeout: None,
         log_level: "info".into(),
-        slim_cp: None,
+        slim_cp,
     };
-    let (mut nodes, mut groups, mut names) = (None, None, None);
+    let mut custom = Size::new(50, 5, 10);
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         // cargo bench passes `--bench` to harness = false targets.
@@ -105,36 +103,27 @@ fn parse_args() -> Result<Args> {
         }
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
         match flag.as_str() {
-            "--nodes" => nodes = Some(value()?.parse::<usize>()?),
-            "--groups" => groups = Some(value()?.parse::<usize>()?),
-            "--names" => names = Some(value()?.parse::<usize>()?),
+            "--nodes" => custom.nodes = value()?.parse()?,
+            "--groups" => custom.groups = value()?.parse()?,
+            "--names" => custom.names = value()?.parse()?,
             "--timeout" => a.timeout = Some(Duration::from_secs(value()?.parse()?)),
             "--log-level" => a.log_level = value()?,
-            "--slim-cp" => a.slim_cp = Some(PathBuf::from(value()?)),
-            "--only" => {
-                a.only = Some(match value()?.as_str() {
-                    "slim-cp" => Kind::SlimCp,
-                    "reference" => Kind::Reference,
-                    other => bail!("--only takes slim-cp or reference, not {other}"),
-                })
-            }
-            other => bail!(
-                "unknown argument {other} (flags: --nodes N --groups G --names K --only slim-cp|reference --timeout SECS --log-level LEVEL --slim-cp PATH)"
-            ),
+            "--slim-cp" => a.slim_cp = PathBuf::from(value()?),
+            "--only" => match value()?.as_str() {
+                "slim-cp" => a.only = Some(Kind::SlimCp),
+                "reference" => a.only = Some(Kind::Reference),
+                other => bail!("--only takes slim-cp or reference, not {other}"),
+            },
+            other => bail!("unknown argument {other} (see the header of benches/converge.rs)"),
+        }
+        if matches!(flag.as_str(), "--nodes" | "--groups" | "--names") {
+            a.sizes = vec![custom];
         }
     }
-    if nodes.is_some() || groups.is_some() || names.is_some() {
-        let s = Size {
-            nodes: nodes.unwrap_or(50),
-            groups: groups.unwrap_or(5),
-            names: names.unwrap_or(10),
-        };
-        if s.groups < 2 || s.nodes < s.groups {
-            bail!("need at least 2 groups and one node per group");
-        }
-        a.sizes.push(s);
-    } else {
+    if a.sizes.is_empty() {
         a.sizes.extend(DEFAULT_SIZES);
+    } else if custom.groups < 2 || custom.nodes < custom.groups {
+        bail!("need at least 2 groups and one node per group");
     }
     Ok(a)
 }
@@ -156,30 +145,27 @@ fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn start_cp(
-    kind: Kind,
-    bin: &Path,
-    dir: &Path,
-    tag: &str,
-    log_level: &str,
-) -> Result<ControlPlane> {
+/// Starts `bin` on a generated config and waits until both ports listen.
+fn start_cp(kind: Kind, bin: &Path, dir: &Path, tag: &str, level: &str) -> Result<ControlPlane> {
     let (nb, sb) = (free_port()?, free_port()?);
     let yaml = format!(
-        "tracing:\n  log_level: {log_level}\n\
+        "tracing:\n  log_level: {level}\n\
          northbound:\n  endpoint: \"127.0.0.1:{nb}\"\n  tls:\n    insecure: true\n\
          southbound:\n  endpoint: \"127.0.0.1:{sb}\"\n  tls:\n    insecure: true\n\
          database:\n  type: in_memory\n\
          topology:\n  links:\n    - group: \"*\"\n      neighbors: [\"*\"]\n\
-         reconciler:\n  max_requeues: 15\n  base_retry_delay: \"200ms\"\n  reconcile_period: \"60s\"\n  workers: 4\n"
+         reconciler:\n  max_requeues: 15\n  base_retry_delay: \"200ms\"\n  \
+         reconcile_period: \"60s\"\n  workers: 4\n"
     );
     let config = dir.join(format!("{tag}.yaml"));
     std::fs::write(&config, yaml)?;
-    let log = std::fs::File::create(dir.join(format!("{tag}.log")))?;
+    let log_path = dir.join(format!("{tag}.log"));
+    let log = std::fs::File::create(&log_path)?;
     let mut cmd = Command::new(bin);
     if kind == Kind::SlimCp {
         cmd.arg("serve");
     }
-    // RUST_LOG would override the config's log level in slim-cp only.
+    // RUST_LOG would override the config's log level, in slim-cp only.
     cmd.arg("--config")
         .arg(&config)
         .current_dir(dir)
@@ -187,10 +173,11 @@ fn start_cp(
     cmd.stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("spawn {}", bin.display()))?;
     let mut cp = ControlPlane {
-        child: cmd
-            .spawn()
-            .with_context(|| format!("spawn {}", bin.display()))?,
+        child,
         southbound: sb,
     };
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -200,42 +187,41 @@ fn start_cp(
             bail!(
                 "{} exited at start ({status}); see {}",
                 kind.label(),
-                dir.join(format!("{tag}.log")).display()
+                log_path.display()
             );
         }
         if Instant::now() > deadline {
-            bail!("{} not listening after 30 s", kind.label());
+            bail!(
+                "{} not listening after 30 s; see {}",
+                kind.label(),
+                log_path.display()
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok(cp)
 }
 
-/// (VmHWM, VmRSS) of a process in MB.
-fn memory_mb(pid: u32) -> (f64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb = |key: &str| {
-        let line = status.lines().find(|l| l.starts_with(key));
-        line.and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(f64::NAN)
-    };
-    (kb("VmHWM:") / 1024.0, kb("VmRSS:") / 1024.0)
+/// The number after `key` in a /proc file (`MemTotal:`, `VmHWM:`...).
+fn proc_field(text: &str, key: &str) -> f64 {
+    let line = text.lines().find(|l| l.starts_with(key));
+    let value = line.and_then(|l| l.split_whitespace().nth(1));
+    value.and_then(|v| v.parse().ok()).unwrap_or(f64::NAN)
 }
 
 /// What the fleet holds at one instant.
 #[derive(Debug, Default, Clone)]
 struct Counts {
     /// Distinct link ids of outgoing remote connections.
-    links_out: usize,
+    out: usize,
     /// Of those, ones also held as incoming by a node of another group.
-    links_live: usize,
+    live: usize,
     /// Distinct group pairs the live links join.
     pairs: usize,
+    /// Routes (node, link) held for the announced names.
+    routes: usize,
     /// Names with exactly one route at each non-root group's gateway.
     names_done: usize,
-    /// Routes (node, link) held for announced names.
-    routes: usize,
     registered: usize,
     lost: usize,
 }
@@ -243,23 +229,26 @@ struct Counts {
 impl Counts {
     fn converged(&self, s: Size) -> bool {
         let p = s.pairs();
-        self.links_out == p && self.links_live == p && self.pairs == p && self.names_done == s.names
+        self.out == p && self.live == p && self.pairs == p && self.names_done == s.names
     }
 }
 
 impl std::fmt::Display for Counts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Counts {
+            out,
+            live,
+            pairs,
+            routes,
+            names_done,
+            registered,
+            lost,
+        } = self;
         write!(
             f,
-            "registered {} lost {} | links out {} live {} pairs {} | routes {} names done {}",
-            self.registered,
-            self.lost,
-            self.links_out,
-            self.links_live,
-            self.pairs,
-            self.routes,
-            self.names_done
-        )
+            "registered {registered}, lost {lost}; links out {out}, live {live}, "
+        )?;
+        write!(f, "pairs {pairs}; routes {routes}, names done {names_done}")
     }
 }
 
@@ -271,15 +260,15 @@ fn observe(fleet: &SimFleet, s: Size, seen: &mut HashSet<String>) -> Counts {
     for node in fleet.nodes() {
         let group = node.spec().group.clone().unwrap_or_default();
         for c in node.connections() {
-            let Some(link) = c.link_id.filter(|_| c.conn_type == ConnectionType::Remote) else {
+            let remote = c.conn_type == ConnectionType::Remote;
+            let Some(link) = c.link_id.filter(|_| remote) else {
                 continue;
             };
             seen.insert(link.clone());
-            match c.direction {
-                ConnectionDirection::Outgoing => {
-                    out.insert(link, group.clone());
-                }
-                ConnectionDirection::Incoming => inc.entry(link).or_default().push(group.clone()),
+            if c.direction == ConnectionDirection::Outgoing {
+                out.insert(link, group.clone());
+            } else {
+                inc.entry(link).or_default().push(group.clone());
             }
         }
         for r in node.routes() {
@@ -297,31 +286,29 @@ fn observe(fleet: &SimFleet, s: Size, seen: &mut HashSet<String>) -> Counts {
             pairs.insert(if a < b { (a, b) } else { (b, a) });
         }
     }
-    let names_done = (0..s.names)
-        .filter(|k| {
-            let root = format!("g{}", k % s.groups);
-            let routes = held
-                .get(&format!("name{k}"))
-                .map(Vec::as_slice)
-                .unwrap_or_default();
-            let groups: HashSet<&String> = routes.iter().map(|(g, _)| g).collect();
-            routes.len() == s.groups - 1
-                && groups.len() == s.groups - 1
-                && !groups.contains(&root)
-                && routes.iter().all(|(_, l)| live.contains(l.as_str()))
-        })
-        .count();
+    let (mut routes, mut names_done) = (0, 0);
+    for k in 0..s.names {
+        let root = format!("g{}", k % s.groups);
+        let held = held
+            .get(&format!("name{k}"))
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let groups: HashSet<&String> = held.iter().map(|(g, _)| g).collect();
+        routes += held.len();
+        let on_live = held.iter().all(|(_, l)| live.contains(l.as_str()));
+        let one_per_group = groups.len() == s.groups - 1 && !groups.contains(&root);
+        names_done += usize::from(held.len() == s.groups - 1 && one_per_group && on_live);
+    }
+    let (registered, lost) = (fleet.registered_count(), fleet.lost_count());
+    let (out, live, pairs) = (out.len(), live.len(), pairs.len());
     Counts {
-        links_out: out.len(),
-        links_live: live.len(),
-        pairs: pairs.len(),
+        out,
+        live,
+        pairs,
+        routes,
         names_done,
-        routes: (0..s.names)
-            .filter_map(|k| held.get(&format!("name{k}")))
-            .map(Vec::len)
-            .sum(),
-        registered: fleet.registered_count(),
-        lost: fleet.lost_count(),
+        registered,
+        lost,
     }
 }
 
@@ -343,85 +330,82 @@ struct Outcome {
 async fn run(kind: Kind, bin: &Path, s: Size, dir: &Path, args: &Args) -> Result<Outcome> {
     let tag = format!("{}-{}n", kind.label(), s.nodes);
     let cp = start_cp(kind, bin, dir, &tag, &args.log_level)?;
-    let pid = cp.child.id();
-    let specs = (0..s.nodes)
-        .map(|i| {
-            // Endpoints are only names in the simulated network.
-            let ep = format!("10.{}.{}.{}:46357", i / 65536, (i / 256) % 256, i % 256);
-            let mut spec =
-                SimNodeSpec::new(&format!("n{i}"), Some(&format!("g{}", i % s.groups)), &ep);
-            spec.external_endpoint = Some(ep);
-            spec
-        })
-        .collect();
+    let specs = (0..s.nodes).map(|i| {
+        // Endpoints are only names in the simulated network.
+        let ep = format!("10.{}.{}.{}:46357", i >> 16, (i >> 8) & 255, i & 255);
+        let mut spec = SimNodeSpec::new(&format!("n{i}"), Some(&format!("g{}", i % s.groups)), &ep);
+        spec.external_endpoint = Some(ep);
+        spec
+    });
     let opts = FleetOptions {
         nodes_per_channel: 32,
         node: SimOptions::default(),
     };
-    let default_timeout = if kind == Kind::Reference { 400 } else { 300 };
-    let timeout = args.timeout.unwrap_or(Duration::from_secs(default_timeout));
+    let bound = if kind == Kind::Reference { 400 } else { 300 };
+    let timeout = args.timeout.unwrap_or(Duration::from_secs(bound));
+    let (n, g, k) = (s.nodes, s.groups, s.names);
     println!(
-        "--- {} on {} nodes / {} groups / {} names (bound {} s, log {}) ---",
-        kind.label(),
-        s.nodes,
-        s.groups,
-        s.names,
-        timeout.as_secs(),
-        dir.join(format!("{tag}.log")).display()
+        "--- {tag}: {n} nodes, {g} groups, {k} names (bound {} s) ---",
+        timeout.as_secs()
     );
     let t0 = Instant::now();
-    let fleet = SimFleet::start(&format!("http://127.0.0.1:{}", cp.southbound), specs, opts)?;
-    // Apps subscribe at boot; the node replays them once registered.
+    let url = format!("http://127.0.0.1:{}", cp.southbound);
+    let fleet = SimFleet::start(&url, specs.collect(), opts)?;
+    // Apps subscribe at boot; each node announces once registered.
     for k in 0..s.names {
         fleet.nodes()[s.announcer(k)].announce(["bench", "ns", &format!("name{k}")])?;
     }
-    let mut seen = HashSet::new();
-    let mut next_progress = PROGRESS;
+    let (mut seen, mut next_progress, mut worst) = (HashSet::new(), PROGRESS, Duration::ZERO);
     let (time, mut last) = loop {
+        let started = Instant::now();
         let c = observe(&fleet, s, &mut seen);
-        let elapsed = t0.elapsed();
+        let (elapsed, cost) = (t0.elapsed(), started.elapsed());
+        worst = worst.max(cost);
         if c.converged(s) {
             break (Some(elapsed), c);
         }
+        let secs = elapsed.as_secs_f64();
         if elapsed >= timeout {
-            println!("  DID NOT CONVERGE in {:.0} s: {c}", elapsed.as_secs_f64());
+            println!("  DID NOT CONVERGE in {secs:.0} s: {c}");
             break (None, c);
         }
         if elapsed >= next_progress {
-            println!(
-                "  {:>6.1} s  {c}  cmds {}",
-                elapsed.as_secs_f64(),
-                fleet.commands_received()
-            );
+            println!("  {secs:>6.1} s  {c}; cmds {}", fleet.commands_received());
             next_progress += PROGRESS;
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(MIN_POLL.max(cost * 4)).await;
     };
-    let (hwm_mb, rss_mb) = memory_mb(pid);
+    // Right after convergence, before the settle period adds anything.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", cp.child.id()))?;
+    let (hwm_mb, rss_mb) = (
+        proc_field(&status, "VmHWM:") / 1024.0,
+        proc_field(&status, "VmRSS:") / 1024.0,
+    );
     let commands = fleet.commands_received();
     let mut stable = true;
     if let Some(t) = time {
         println!(
-            "  converged at {:.2} s: {last}  cmds {commands}",
+            "  converged at {:.2} s: {last}; cmds {commands}",
             t.as_secs_f64()
         );
-        let settle_end = Instant::now() + SETTLE;
-        while Instant::now() < settle_end {
-            tokio::time::sleep(POLL).await;
+        let end = Instant::now() + SETTLE;
+        while Instant::now() < end {
+            tokio::time::sleep(MIN_POLL.max(worst * 4)).await;
             last = observe(&fleet, s, &mut seen);
             stable &= last.converged(s);
         }
+        let verdict = if stable {
+            "still converged"
+        } else {
+            "NOT STABLE"
+        };
+        let more = fleet.commands_received();
         println!(
-            "  after {} s more: {} ({last})  cmds {}",
-            SETTLE.as_secs(),
-            if stable {
-                "still converged"
-            } else {
-                "NOT STABLE"
-            },
-            fleet.commands_received()
+            "  {} s later: {verdict} ({last}); cmds {more}",
+            SETTLE.as_secs()
         );
     }
+    println!("  slowest fleet inspection {} ms", worst.as_millis());
     let lost = fleet.lost_count();
     if lost > 0 {
         println!(
@@ -431,6 +415,7 @@ async fn run(kind: Kind, bin: &Path, s: Size, dir: &Path, args: &Args) -> Result
     }
     drop(fleet);
     drop(cp);
+    let duplicates = seen.len().saturating_sub(s.pairs());
     Ok(Outcome {
         size: s,
         kind,
@@ -439,7 +424,7 @@ async fn run(kind: Kind, bin: &Path, s: Size, dir: &Path, args: &Args) -> Result
         hwm_mb,
         rss_mb,
         lost,
-        duplicates: seen.len().saturating_sub(s.pairs()),
+        duplicates,
         stable,
         last,
     })
@@ -447,43 +432,15 @@ async fn run(kind: Kind, bin: &Path, s: Size, dir: &Path, args: &Args) -> Result
 
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpu
-        .lines()
-        .find(|l| l.starts_with("model name"))
+    let model = cpu.lines().find(|l| l.starts_with("model name"));
+    let model = model
         .and_then(|l| l.split(':').nth(1))
         .unwrap_or("?")
-        .trim()
-        .to_string();
+        .trim();
     let mem = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let total = mem
-        .lines()
-        .find(|l| l.starts_with("MemTotal:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or(0.0);
+    let gib = proc_field(&mem, "MemTotal:") / 1024.0 / 1024.0;
     let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!(
-        "machine: nproc {nproc}, {model}, {:.1} GiB memory",
-        total / 1024.0 / 1024.0
-    )
-}
-
-fn slim_cp_bin(args: &Args) -> Option<PathBuf> {
-    if let Some(p) = &args.slim_cp {
-        return Some(p.clone());
-    }
-    // Cargo builds the crate's binaries for benches, in the bench profile.
-    if let Some(p) = option_env!("CARGO_BIN_EXE_slim-cp")
-        .map(PathBuf::from)
-        .filter(|p| p.is_file())
-    {
-        return Some(p);
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
-    ["release", "debug"]
-        .iter()
-        .map(|p| root.join(p).join("slim-cp"))
-        .find(|p| p.is_file())
+    format!("machine: nproc {nproc}, {model}, {gib:.1} GiB memory")
 }
 
 fn reference_bin() -> Option<PathBuf> {
@@ -500,56 +457,43 @@ fn reference_bin() -> Option<PathBuf> {
 }
 
 fn print_table(rows: &[Outcome]) {
-    let head = [
-        "nodes",
-        "groups",
-        "names",
-        "control plane",
-        "converge s",
-        "commands",
-        "peak RSS MB",
-        "RSS MB",
-        "lost",
-        "dup links",
-        "status",
-        "ref/slim time",
-        "ref/slim mem",
-    ];
-    let mut lines = vec![head.map(str::to_string).to_vec()];
+    const HEAD: &str = "nodes|groups|names|control plane|converge s|commands|peak RSS MB|\
+                        RSS MB|lost|dup links|status|ref/slim time|ref/slim mem";
+    let mut lines: Vec<Vec<String>> = vec![HEAD.split('|').map(str::to_string).collect()];
     for r in rows {
         let twin = rows
             .iter()
-            .find(|o| o.kind == Kind::SlimCp && o.size.label() == r.size.label());
+            .find(|o| o.kind == Kind::SlimCp && o.size == r.size);
         let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-            (Some(a), Some(b)) if r.kind == Kind::Reference && b > 0.0 => format!("{:.2}x", a / b),
+            (Some(a), Some(b)) if r.kind == Kind::Reference => format!("{:.2}x", a / b),
             _ => "-".to_string(),
         };
         let secs = |o: &Outcome| o.time.map(|t| t.as_secs_f64());
         let status = match (r.time, r.stable, r.lost) {
-            (None, _, _) => format!("DNF ({})", r.last),
-            (_, _, l) if l > 0 => "LOST NODES".to_string(),
+            (None, _, _) => format!("DID NOT CONVERGE ({})", r.last),
+            (_, _, 1..) => "LOST NODES".to_string(),
             (_, false, _) => "UNSTABLE".to_string(),
             _ => "ok".to_string(),
         };
-        lines.push(vec![
-            r.size.nodes.to_string(),
-            r.size.groups.to_string(),
-            r.size.names.to_string(),
-            r.kind.label().to_string(),
-            secs(r).map_or(">bound".into(), |t| format!("{t:.2}")),
-            r.commands.to_string(),
-            format!("{:.1}", r.hwm_mb),
-            format!("{:.1}", r.rss_mb),
-            r.lost.to_string(),
-            r.duplicates.to_string(),
-            status,
+        let Size {
+            nodes,
+            groups,
+            names,
+        } = r.size;
+        let time = secs(r).map_or(">bound".into(), |t| format!("{t:.2}"));
+        let (kind, cmds, lost, dups) = (r.kind.label(), r.commands, r.lost, r.duplicates);
+        let (t_ratio, m_ratio) = (
             ratio(secs(r), twin.and_then(secs)),
             ratio(Some(r.hwm_mb), twin.map(|t| t.hwm_mb)),
-        ]);
+        );
+        let row = format!(
+            "{nodes}|{groups}|{names}|{kind}|{time}|{cmds}|{:.1}|{:.1}|{lost}|{dups}|{status}|{t_ratio}|{m_ratio}",
+            r.hwm_mb, r.rss_mb
+        );
+        lines.push(row.split('|').map(str::to_string).collect());
     }
-    let widths: Vec<usize> = (0..head.len())
-        .map(|c| lines.iter().map(|l| l[c].len()).max().unwrap_or(0))
-        .collect();
+    let width = |c: usize| lines.iter().map(|l| l[c].len()).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..lines[0].len()).map(width).collect();
     for l in &lines {
         let cells: Vec<String> = l
             .iter()
@@ -568,31 +512,32 @@ async fn main() -> Result<()> {
     std::fs::create_dir_all(&dir)?;
     let mut kinds = Vec::new();
     if args.only != Some(Kind::Reference) {
-        let bin = slim_cp_bin(&args).context(
-            "no slim-cp binary: run `cargo build --release --bins` first (or pass --slim-cp PATH)",
-        )?;
-        let profile = if bin.components().any(|c| c.as_os_str() == "debug") {
-            "DEBUG build: numbers are not representative"
+        let bin = &args.slim_cp;
+        if !bin.is_file() {
+            bail!(
+                "no {}: run `cargo build --release --bins` first",
+                bin.display()
+            );
+        }
+        let debug = bin.components().any(|c| c.as_os_str() == "debug");
+        let profile = if debug {
+            "DEBUG build: not representative"
         } else {
             "release build"
         };
         println!("slim-cp:   {} ({profile})", bin.display());
-        kinds.push((Kind::SlimCp, bin));
+        kinds.push((Kind::SlimCp, bin.clone()));
     }
     if args.only != Some(Kind::SlimCp) {
         match reference_bin() {
-            Some(bin) => {
-                println!("reference: {}", bin.display());
-                kinds.push((Kind::Reference, bin));
-            }
-            None => println!(
-                "reference: slim-control-plane not installed (scripts/install-upstream.sh); skipped"
-            ),
+            Some(bin) => println!("reference: {}", bin.display()),
+            None => println!("reference: slim-control-plane not installed; skipped"),
         }
+        kinds.extend(reference_bin().map(|b| (Kind::Reference, b)));
     }
     println!(
-        "poll every {} ms; configs and logs in {}",
-        POLL.as_millis(),
+        "configs and logs (log level {}): {}",
+        args.log_level,
         dir.display()
     );
     let mut rows = Vec::new();

@@ -9,7 +9,8 @@ use std::collections::BTreeSet;
 
 use common::reach::unreachable;
 use common::scenario::{
-    mk_cp, mk_fleet, mk_fleet_sized, mk_links, wait_links, wait_routes, wait_routes_gone,
+    mk_cp, mk_fleet, mk_fleet_sized, mk_links, reopen_stream, wait_links, wait_routes,
+    wait_routes_gone,
 };
 use common::wait_for;
 use slim_cp::server::Running;
@@ -229,17 +230,7 @@ async fn whole_fleet_crash_and_reconnect() {
 async fn stream_reconnect_keeps_incoming_links() {
     let (cp, fleet, link) = two_groups(1, 1).await;
     let dest = link.dest_node.clone().unwrap();
-    let session = cp.registry().get(&dest).unwrap().session();
-    cp.registry().remove(&dest, session);
-    wait_for("re-registered", || async {
-        let n = fleet.node(&dest).unwrap().registrations();
-        if n == 2 {
-            Ok(())
-        } else {
-            Err(format!("{n} registrations"))
-        }
-    })
-    .await;
+    reopen_stream(&cp, &fleet, &dest).await;
     let after = only_link(&wait_links(&cp, &fleet, 1).await).clone();
     assert_eq!(after.link_id, link.link_id, "not recreated");
 }
@@ -257,17 +248,7 @@ async fn routes_follow_a_claim_that_survived_a_reconnect() {
         .announce(["org", "ns", "behind"])
         .unwrap();
     wait_reachable(&fleet, "behind", &["b"]).await;
-    let session = cp.registry().get(&dest).unwrap().session();
-    cp.registry().remove(&dest, session);
-    wait_for("re-registered", || async {
-        let n = fleet.node(&dest).unwrap().registrations();
-        if n == 2 {
-            Ok(())
-        } else {
-            Err(format!("{n} registrations"))
-        }
-    })
-    .await;
+    reopen_stream(&cp, &fleet, &dest).await;
     wait_reachable(&fleet, "behind", &["b"]).await;
 }
 

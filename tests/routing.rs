@@ -7,7 +7,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::scenario::{
-    held_routes, link_between, mk_cp, mk_fleet, mk_links, wait_links, wait_routes, wait_routes_gone,
+    held_routes, link_between, mk_cp, mk_fleet, mk_links, nb_client, wait_links, wait_no_links,
+    wait_routes, wait_routes_gone,
 };
 use common::{start_replica, wait_for};
 use slim_cp::config::{AdjacencyEntry, ReconcilerConfig, TopologyConfig};
@@ -150,12 +151,7 @@ async fn api_mode_link_add_and_remove() {
     use slim_cp::proto::nb;
     let cp = mk_cp(TopologyConfig::Api).await;
     let fleet = mk_fleet(&cp, &["g1", "g2"], 1).await;
-    let mut client = nb::control_plane_service_client::ControlPlaneServiceClient::connect(format!(
-        "http://{}",
-        cp.northbound_addr
-    ))
-    .await
-    .unwrap();
+    let mut client = nb_client(&cp).await;
     let add = nb::AddTopologyLinkRequest {
         group_a: "g1".into(),
         group_b: "g2".into(),
@@ -175,21 +171,7 @@ async fn api_mode_link_add_and_remove() {
         segment: String::new(),
     };
     client.remove_topology_link(rm).await.unwrap();
-    wait_for("link gone from store and nodes", || async {
-        let stored = cp
-            .store
-            .list_links()
-            .await
-            .map_err(|e| e.to_string())?
-            .len();
-        let held: usize = fleet.nodes().iter().map(|n| n.connections().len()).sum();
-        if stored == 0 && held == 0 {
-            Ok(())
-        } else {
-            Err(format!("{stored} stored, {held} held"))
-        }
-    })
-    .await;
+    wait_no_links(&cp, &fleet).await;
 }
 
 /// Scenario: API mode segments — a link in a second segment works like one
@@ -199,12 +181,7 @@ async fn api_mode_segment_add_and_remove() {
     use slim_cp::proto::nb;
     let cp = mk_cp(TopologyConfig::Api).await;
     let fleet = mk_fleet(&cp, &["g1", "g2"], 1).await;
-    let mut client = nb::control_plane_service_client::ControlPlaneServiceClient::connect(format!(
-        "http://{}",
-        cp.northbound_addr
-    ))
-    .await
-    .unwrap();
+    let mut client = nb_client(&cp).await;
     client
         .add_segment(nb::AddSegmentRequest {
             name: "blue".into(),
@@ -224,21 +201,7 @@ async fn api_mode_segment_add_and_remove() {
         })
         .await
         .unwrap();
-    wait_for("link gone", || async {
-        let stored = cp
-            .store
-            .list_links()
-            .await
-            .map_err(|e| e.to_string())?
-            .len();
-        let held: usize = fleet.nodes().iter().map(|n| n.connections().len()).sum();
-        if stored == 0 && held == 0 {
-            Ok(())
-        } else {
-            Err(format!("{stored} stored, {held} held"))
-        }
-    })
-    .await;
+    wait_no_links(&cp, &fleet).await;
 }
 
 /// Scenario: `$group` segments isolate customers; named segments keep

@@ -225,3 +225,52 @@ pub fn link_between<'a>(links: &'a [Link], a: &str, b: &str) -> &'a Link {
         })
         .unwrap_or_else(|| panic!("no link {a}-{b} in {links:?}"))
 }
+
+/// Waits until no link is stored and no node holds one.
+pub async fn wait_no_links(cp: &Running, fleet: &SimFleet) {
+    wait_for("no link stored or held", || async {
+        let stored = cp
+            .store
+            .list_links()
+            .await
+            .map_err(|e| e.to_string())?
+            .len();
+        let held: usize = fleet.nodes().iter().map(|n| n.connections().len()).sum();
+        if stored == 0 && held == 0 {
+            Ok(())
+        } else {
+            Err(format!("{stored} stored, {held} held"))
+        }
+    })
+    .await;
+}
+
+/// A northbound client of the replica.
+pub async fn nb_client(
+    cp: &Running,
+) -> slim_cp::proto::nb::control_plane_service_client::ControlPlaneServiceClient<
+    tonic::transport::Channel,
+> {
+    let url = format!("http://{}", cp.northbound_addr);
+    slim_cp::proto::nb::control_plane_service_client::ControlPlaneServiceClient::connect(url)
+        .await
+        .expect("northbound reachable")
+}
+
+/// Closes the node's stream on the control plane's side (the node only
+/// re-opens its control stream) and waits for its re-registration.
+pub async fn reopen_stream(cp: &Running, fleet: &SimFleet, node: &str) {
+    let sim = fleet.node(node).expect("node in fleet");
+    let before = sim.registrations();
+    let session = cp.registry().get(node).expect("a stream").session();
+    cp.registry().remove(node, session);
+    wait_for("re-registered", || async {
+        let n = sim.registrations();
+        if n > before {
+            Ok(())
+        } else {
+            Err(format!("{n} registrations"))
+        }
+    })
+    .await;
+}
