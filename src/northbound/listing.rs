@@ -92,7 +92,7 @@ fn link_entry(l: &Link) -> nb::LinkEntry {
         link_id: l.link_id.clone(),
         source_node_id: l.source_node.clone(),
         dest_node_id: l.dest_node.clone().unwrap_or_default(),
-        dest_endpoint: l.dest_endpoint.clone(),
+        dest_endpoint: crate::routing::linkconfig::url(&l.dest_endpoint),
         conn_config_data: l.config_data.clone(),
         status: link_status(l.status) as i32,
         status_msg: l.status_msg.clone(),

@@ -112,7 +112,7 @@ impl Ctx {
             .map_err(errors::from_store)?;
         if !removed {
             return Err(Status::not_found(format!(
-                "link {a}<->{b} not found in segment '{segment}'"
+                "link {a}↔{b} not found in segment '{segment}'"
             )));
         }
         self.topology_changed().await;

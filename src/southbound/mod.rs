@@ -5,7 +5,9 @@
 //! drives the session (see [`session`]).
 
 pub mod auth;
+mod facts;
 pub mod handshake;
+mod serve;
 mod session;
 
 use std::sync::Arc;

@@ -1,0 +1,143 @@
+//! The per-session fact writer: facts a node sends are recorded in order,
+//! off the stream's read loop, and retried while the store is unreachable.
+//!
+//! A node never resends a fact, so a fact must not be dropped: while the
+//! store is down the writer keeps it (and those after it) and retries; the
+//! stream stays open, so a database restart loses no node. The queue is
+//! bounded: a node that sends more than it can hold has its stream closed,
+//! and replays everything when it registers again. A fact refused because
+//! the session was replaced ends the writer and the stream.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+use uuid::Uuid;
+
+use super::Ctx;
+use crate::store::StoreError;
+use crate::store::model::{DepartureKind, Name};
+use crate::transport::NodeStream;
+
+/// Facts queued per session before the stream is closed.
+pub const OUTBOX_CAPACITY: usize = 1024;
+
+/// Longest pause between two attempts while the store is unreachable.
+const MAX_PAUSE: Duration = Duration::from_secs(2);
+
+/// One fact from a node's session.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fact {
+    /// The registration reply is on the wire: the session is ready.
+    Ready,
+    Announced {
+        set: Vec<Name>,
+        withdrawn: Vec<Name>,
+    },
+    Received(Vec<String>),
+    /// The session ended; the last fact of a session.
+    Ended(DepartureKind),
+}
+
+/// Why a fact was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The outbox is full: close the stream so the node replays.
+    Full,
+    /// The writer stopped (session replaced or ended).
+    Stopped,
+}
+
+/// The sending half, held by the stream's read loop.
+pub struct FactWriter {
+    tx: mpsc::Sender<Fact>,
+}
+
+impl FactWriter {
+    /// Starts the writer of `stream`'s session.
+    pub fn spawn(ctx: Arc<Ctx>, stream: Arc<NodeStream>) -> FactWriter {
+        let (tx, rx) = mpsc::channel(OUTBOX_CAPACITY);
+        tokio::spawn(write_all(ctx, stream, rx));
+        FactWriter { tx }
+    }
+
+    pub fn push(&self, fact: Fact) -> Result<(), Refused> {
+        self.tx.try_send(fact).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => Refused::Full,
+            mpsc::error::TrySendError::Closed(_) => Refused::Stopped,
+        })
+    }
+}
+
+async fn write_all(ctx: Arc<Ctx>, stream: Arc<NodeStream>, mut rx: mpsc::Receiver<Fact>) {
+    while let Some(fact) = rx.recv().await {
+        let last = matches!(fact, Fact::Ended(_));
+        match record(&ctx, &stream, &fact).await {
+            Ok(()) => ctx.signals.node_changed(stream.node()),
+            Err(e) => {
+                // Only a replaced session stops the writer: its facts are
+                // no longer the node's. The stream goes with it.
+                info!(node = stream.node(), error = %e, "fact refused; closing the stream");
+                stream.close();
+                return;
+            }
+        }
+        if last {
+            return;
+        }
+    }
+}
+
+/// Records one fact, retrying for as long as the store is unreachable.
+async fn record(ctx: &Ctx, stream: &NodeStream, fact: &Fact) -> Result<(), StoreError> {
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match record_once(ctx, stream.node(), stream.session(), fact).await {
+            Err(StoreError::Unavailable(why)) => {
+                debug!(node = stream.node(), %why, ?pause, "store unavailable; fact kept");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(MAX_PAUSE);
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn record_once(ctx: &Ctx, node: &str, session: Uuid, fact: &Fact) -> Result<(), StoreError> {
+    let store = &ctx.store;
+    match fact {
+        Fact::Ready => {
+            if !store.mark_ready(node, session).await? {
+                return Err(StoreError::StaleSession {
+                    node: node.to_string(),
+                    session,
+                });
+            }
+            Ok(())
+        }
+        Fact::Announced { set, withdrawn } => {
+            store
+                .record_announcements(node, session, set, withdrawn)
+                .await
+        }
+        Fact::Received(links) => store.record_received(node, session, links).await,
+        Fact::Ended(kind) => {
+            if !store.end_session(node, session, *kind).await? {
+                debug!(node, "session already replaced; nothing to end");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Logs a refused push; the caller decides what to do with the stream.
+pub fn log_refusal(node: &str, why: Refused) {
+    match why {
+        Refused::Full => warn!(
+            node,
+            "fact outbox full; closing the stream so the node replays"
+        ),
+        Refused::Stopped => debug!(node, "fact writer stopped"),
+    }
+}
