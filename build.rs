@@ -15,5 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     .map(PathBuf::from);
     tonic_prost_build::configure().compile_with_config(prost, &protos, &includes)?;
     println!("cargo:rerun-if-changed=proto");
+    // sqlx::migrate! embeds migrations/ but only notices edits, not new files.
+    println!("cargo:rerun-if-changed=migrations");
     Ok(())
 }

@@ -57,6 +57,8 @@ pub enum NameError {
     NoStrings,
     #[error("name component {0} is empty")]
     EmptyComponent(usize),
+    #[error("name component {0} contains a control character")]
+    ControlCharacter(usize),
 }
 
 /// A name from the wire. The strings are required: the control plane shows
@@ -70,6 +72,15 @@ pub fn from_wire(name: &dp::Name) -> Result<Name, NameError> {
     ];
     if let Some(i) = components.iter().position(String::is_empty) {
         return Err(NameError::EmptyComponent(i));
+    }
+    // Control characters (NUL above all, which no database text holds)
+    // have no place in a name; refusing them keeps one bad name from
+    // failing every later fact of the node.
+    if let Some(i) = components
+        .iter()
+        .position(|c| c.chars().any(char::is_control))
+    {
+        return Err(NameError::ControlCharacter(i));
     }
     let id = name
         .name
@@ -128,5 +139,9 @@ mod tests {
             s.str_component_1.clear();
         }
         assert_eq!(from_wire(&wire), Err(NameError::EmptyComponent(1)));
+        if let Some(s) = wire.str_name.as_mut() {
+            s.str_component_1 = "a\0b".into();
+        }
+        assert_eq!(from_wire(&wire), Err(NameError::ControlCharacter(1)));
     }
 }

@@ -481,3 +481,69 @@ fn shipped_examples_load() {
     assert!(!star.topology.is_api_mode());
     assert!(star.ignored_keys().is_empty());
 }
+
+#[test]
+fn postgres_database_loads_with_a_default_pool() {
+    let config = load(
+        "database:\n  type: postgres\n  url: \"postgres://cp@db.example:5432/slim\"\n  \
+         direct_url: \"postgres://cp@db-direct.example:5432/slim\"\n",
+    );
+    assert_eq!(
+        config.database,
+        DatabaseConfig::Postgres {
+            url: "postgres://cp@db.example:5432/slim".into(),
+            direct_url: Some("postgres://cp@db-direct.example:5432/slim".into()),
+            pool_size: 16,
+        }
+    );
+    let config = load("database:\n  type: postgres\n  url: host=db user=cp\n  pool_size: 4\n");
+    assert!(
+        matches!(
+            config.database,
+            DatabaseConfig::Postgres {
+                pool_size: 4,
+                direct_url: None,
+                ..
+            }
+        ),
+        "{:?}",
+        config.database
+    );
+}
+
+#[test]
+fn postgres_settings_are_checked_and_name_their_key() {
+    let err = refuse("database:\n  type: postgres\n  url: postgres://db/x\n  pool_size: 0\n");
+    assert!(err.starts_with("database.pool_size"), "{err}");
+    let err = refuse("database:\n  type: postgres\n  url: postgres://db/x\n  pool_size: many\n");
+    assert!(err.starts_with("database.pool_size"), "{err}");
+    let err = refuse("database:\n  type: postgres\n  url: \"postgres://u:hunter2@db:port/x\"\n");
+    assert!(err.starts_with("database.url"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+    // Without a URL in the file, the environment's is taken; with neither,
+    // the error says where to put one.
+    match std::env::var("SLIM_CP_DATABASE_URL") {
+        Ok(url) => match load("database:\n  type: postgres\n").database {
+            DatabaseConfig::Postgres { url: got, .. } => assert!(got.starts_with(&url)),
+            other => panic!("expected postgres, got {other:?}"),
+        },
+        Err(_) => {
+            let err = refuse("database:\n  type: postgres\n");
+            assert!(err.starts_with("database.url"), "{err}");
+            assert!(err.contains("SLIM_CP_DATABASE_URL"), "{err}");
+        }
+    }
+}
+
+#[test]
+fn postgres_urls_never_print_their_password() {
+    let config = load(
+        "database:\n  type: postgres\n  url: \"postgres://cp:hunter2@db/slim\"\n  \
+         direct_url: \"host=db user=cp password='hunter2'\"\n",
+    );
+    let text = format!("{config:?}");
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(text.contains("postgres://cp:***@db/slim"), "{text}");
+    let err = refuse("database:\n  type: mongodb\n");
+    assert!(err.contains("memory, in_memory, postgres"), "{err}");
+}

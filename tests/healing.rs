@@ -44,9 +44,9 @@ async fn two_groups(a_nodes: usize, b_nodes: usize) -> (Running, SimFleet, Link)
     (cp, fleet, link)
 }
 
+on_both_backends! {
 /// Scenario: the source-side gateway crashes; its outgoing link moves to
 /// its sibling under the same id, is claimed again, and traffic flows.
-#[tokio::test]
 async fn source_gateway_crash_moves_the_link_to_a_sibling() {
     let (cp, fleet, link) = two_groups(2, 1).await;
     fleet
@@ -65,10 +65,11 @@ async fn source_gateway_crash_moves_the_link_to_a_sibling() {
     );
     wait_reachable(&fleet, "app", &["b"]).await;
 }
+}
 
+on_both_backends! {
 /// Scenario: the destination-side gateway crashes; the link is recreated
 /// towards its sibling's endpoint and the old one leaves the source.
-#[tokio::test]
 async fn destination_gateway_crash_recreates_the_link_to_a_sibling() {
     let (cp, fleet, link) = two_groups(1, 2).await;
     fleet
@@ -96,10 +97,11 @@ async fn destination_gateway_crash_recreates_the_link_to_a_sibling() {
     );
     wait_reachable(&fleet, "app", &["a"]).await;
 }
+}
 
+on_both_backends! {
 /// Scenario: an announcer crashes — its routes leave every node — then
 /// returns, and the routes come back.
-#[tokio::test]
 async fn announcer_crash_then_return() {
     let cp = mk_cp(mk_links(MESH)).await;
     let fleet = mk_fleet(&cp, &["a", "b", "c"], 1).await;
@@ -115,10 +117,11 @@ async fn announcer_crash_then_return() {
     wait_routes(&cp, &fleet, "svc", &["b/n0", "c/n0"]).await;
     wait_reachable(&fleet, "svc", &["a"]).await;
 }
+}
 
+on_both_backends! {
 /// Scenario: the last node of a group leaves; the group's links leave the
 /// store and every node.
-#[tokio::test]
 async fn last_node_of_a_group_takes_its_links() {
     let cp = mk_cp(mk_links(MESH)).await;
     let fleet = mk_fleet(&cp, &["a", "b", "c"], 1).await;
@@ -144,10 +147,11 @@ async fn last_node_of_a_group_takes_its_links() {
     })
     .await;
 }
+}
 
+on_both_backends! {
 /// Scenario: deregistration forgets the node; a crash keeps it as not
 /// connected; both take their routes and links with them.
-#[tokio::test]
 async fn deregistration_versus_crash() {
     let cp = mk_cp(mk_links(MESH)).await;
     let fleet = mk_fleet(&cp, &["a", "b", "c"], 1).await;
@@ -167,10 +171,11 @@ async fn deregistration_versus_crash() {
     .await;
     assert!(fleet.node("a/n0").unwrap().connections().is_empty());
 }
+}
 
+on_both_backends! {
 /// Scenario: a destination node comes back on a different endpoint; the
 /// link follows it.
-#[tokio::test]
 async fn reconnect_on_a_new_endpoint_is_relinked() {
     let (cp, mut fleet, link) = two_groups(1, 1).await;
     fleet.node("b/n0").unwrap().crash();
@@ -193,10 +198,11 @@ async fn reconnect_on_a_new_endpoint_is_relinked() {
     assert_ne!(new.link_id, link.link_id);
     assert_eq!(new.dest_endpoint, moved);
 }
+}
 
+on_both_backends! {
 /// Scenario: every node crashes and reconnects at once; the fleet ends with
 /// exactly one link per allowed pair and names reachable again.
-#[tokio::test]
 async fn whole_fleet_crash_and_reconnect() {
     let cp = mk_cp(mk_links(MESH)).await;
     let fleet = mk_fleet(&cp, &["a", "b", "c", "d"], 3).await;
@@ -223,10 +229,11 @@ async fn whole_fleet_crash_and_reconnect() {
     wait_reachable(&fleet, "x", &["a"]).await;
     assert_eq!(fleet.lost_count(), 0);
 }
+}
 
+on_both_backends! {
 /// Scenario: the control plane closes a node's stream (it only re-opens
 /// its control stream); it keeps its incoming link without recreation.
-#[tokio::test]
 async fn stream_reconnect_keeps_incoming_links() {
     let (cp, fleet, link) = two_groups(1, 1).await;
     let dest = link.dest_node.clone().unwrap();
@@ -234,11 +241,12 @@ async fn stream_reconnect_keeps_incoming_links() {
     let after = only_link(&wait_links(&cp, &fleet, 1).await).clone();
     assert_eq!(after.link_id, link.link_id, "not recreated");
 }
+}
 
+on_both_backends! {
 /// Regression (reference: a claim that survived a reconnect did not
 /// re-expand routes): after the destination re-opens its stream, names
 /// behind it are reachable again.
-#[tokio::test]
 async fn routes_follow_a_claim_that_survived_a_reconnect() {
     let (cp, fleet, link) = two_groups(1, 1).await;
     let dest = link.dest_node.clone().unwrap();
@@ -251,12 +259,13 @@ async fn routes_follow_a_claim_that_survived_a_reconnect() {
     reopen_stream(&cp, &fleet, &dest).await;
     wait_reachable(&fleet, "behind", &["b"]).await;
 }
+}
 
+on_both_backends! {
 /// Regression (reference: registration raced deregistration and crash of
 /// the same node, leaving links stuck mid-claim): a node that registers,
 /// crashes and comes back many times in quick succession ends with one
 /// Applied link, held by both ends.
-#[tokio::test]
 async fn register_and_disconnect_races_leave_no_stuck_link() {
     let (cp, fleet, _) = two_groups(1, 2).await;
     let flapper = fleet.node("b/n1").unwrap();
@@ -275,11 +284,12 @@ async fn register_and_disconnect_races_leave_no_stuck_link() {
     assert!(link.dest_node.is_some(), "claimed, not stuck mid-claim");
     assert_eq!(fleet.lost_count(), 0);
 }
+}
 
+on_both_backends! {
 /// Regression (reference: route expansion after a registration used links
 /// from before the registration ensured them): names announced at once
 /// by freshly registered nodes converge, every time.
-#[tokio::test]
 async fn announcements_racing_link_creation_converge() {
     for round in 0..3 {
         let cp = mk_cp(mk_links(MESH)).await;
@@ -294,10 +304,11 @@ async fn announcements_racing_link_creation_converge() {
         assert_eq!(fleet.lost_count(), 0, "round {round}");
     }
 }
+}
 
+on_both_backends! {
 /// Regression (reference: duplicate links for one group pair at 200 nodes
 /// in 2 of 3 runs): 20 groups of 10 nodes, full mesh — exactly 190 links.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_nodes_give_exactly_one_link_per_pair() {
     let cp = mk_cp(mk_links(MESH)).await;
     let groups: Vec<String> = (0..20).map(|g| format!("g{g:02}")).collect();
@@ -314,4 +325,5 @@ async fn two_hundred_nodes_give_exactly_one_link_per_pair() {
         held, 380,
         "each link once at its source and once at its destination"
     );
+}
 }

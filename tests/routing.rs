@@ -15,8 +15,8 @@ use slim_cp::config::{AdjacencyEntry, ReconcilerConfig, TopologyConfig};
 use slim_cp::server::Options;
 use slim_cp::store::model::LinkStatus;
 
+on_both_backends! {
 /// Scenario: full mesh of three groups gives three Applied links, one per pair.
-#[tokio::test]
 async fn full_mesh_of_three_groups() {
     let cp = mk_cp(mk_links(&[("*", &["*"])])).await;
     let fleet = mk_fleet(&cp, &["a", "b", "c"], 1).await;
@@ -28,10 +28,11 @@ async fn full_mesh_of_three_groups() {
     assert_eq!(pairs.len(), 3);
     assert_eq!(fleet.lost_count(), 0);
 }
+}
 
+on_both_backends! {
 /// Scenario: one announced name gives loop-free Applied routes from every
 /// other group, held by the nodes; a withdrawal removes them from the nodes.
-#[tokio::test]
 async fn announcement_routes_then_withdrawal() {
     let cp = mk_cp(mk_links(&[("*", &["*"])])).await;
     let fleet = mk_fleet(&cp, &["a", "b", "c"], 1).await;
@@ -43,10 +44,11 @@ async fn announcement_routes_then_withdrawal() {
     announcer.withdraw(["org", "ns", "app"]).unwrap();
     wait_routes_gone(&cp, &fleet, "app").await;
 }
+}
 
+on_both_backends! {
 /// Scenario: star — spokes link only to the hub and reach each other
 /// only through it.
-#[tokio::test]
 async fn star_spokes_reach_each_other_via_the_hub() {
     let cp = mk_cp(mk_links(&[("hub", &["*"])])).await;
     let fleet = mk_fleet(&cp, &["hub", "x", "y"], 1).await;
@@ -65,9 +67,10 @@ async fn star_spokes_reach_each_other_via_the_hub() {
         BTreeSet::from([("y/n0".into(), via_hub), ("hub/n0".into(), to_x)])
     );
 }
+}
 
+on_both_backends! {
 /// Scenario: explicit pairs — customers reach cloud, never each other.
-#[tokio::test]
 async fn explicit_pairs_link_only_what_is_listed() {
     let cp = mk_cp(mk_links(&[("cloud", &["ca", "cb"])])).await;
     let fleet = mk_fleet(&cp, &["cloud", "ca", "cb"], 1).await;
@@ -78,10 +81,11 @@ async fn explicit_pairs_link_only_what_is_listed() {
             .all(|l| l.source_group == "cloud" || l.dest_group == "cloud")
     );
 }
+}
 
+on_both_backends! {
 /// Scenario: chain a-b-c-d — a name announced in d is reached from a over
 /// three hops, each group forwarding towards its parent.
-#[tokio::test]
 async fn chain_gives_a_multi_hop_route() {
     let cp = mk_cp(mk_links(&[("a", &["b"]), ("b", &["c"]), ("c", &["d"])])).await;
     let fleet = mk_fleet(&cp, &["a", "b", "c", "d"], 1).await;
@@ -109,10 +113,11 @@ async fn chain_gives_a_multi_hop_route() {
     ]);
     assert_eq!(held, want);
 }
+}
 
+on_both_backends! {
 /// Scenario: two announcers of one name — upward routes towards the first,
 /// downward routes from the root to the second; several names stay apart.
-#[tokio::test]
 async fn two_announcers_and_independent_names() {
     let cp = mk_cp(mk_links(&[("a", &["b"]), ("b", &["c"])])).await;
     let fleet = mk_fleet(&cp, &["a", "b", "c"], 1).await;
@@ -143,10 +148,11 @@ async fn two_announcers_and_independent_names() {
         "the second name changed nothing of the first"
     );
 }
+}
 
+on_both_backends! {
 /// Scenario: API mode — adding a topology link creates and applies a link
 /// between the groups' nodes; removing it takes it off the nodes.
-#[tokio::test]
 async fn api_mode_link_add_and_remove() {
     use slim_cp::proto::nb;
     let cp = mk_cp(TopologyConfig::Api).await;
@@ -173,10 +179,11 @@ async fn api_mode_link_add_and_remove() {
     client.remove_topology_link(rm).await.unwrap();
     wait_no_links(&cp, &fleet).await;
 }
+}
 
+on_both_backends! {
 /// Scenario: API mode segments — a link in a second segment works like one
 /// in default, and removing the segment removes the link.
-#[tokio::test]
 async fn api_mode_segment_add_and_remove() {
     use slim_cp::proto::nb;
     let cp = mk_cp(TopologyConfig::Api).await;
@@ -203,10 +210,11 @@ async fn api_mode_segment_add_and_remove() {
         .unwrap();
     wait_no_links(&cp, &fleet).await;
 }
+}
 
+on_both_backends! {
 /// Scenario: `$group` segments isolate customers; named segments keep
 /// their own graphs.
-#[tokio::test]
 async fn segments_isolate_customers() {
     use slim_cp::config::SegmentConfig;
     let entry = |g: &str, n: &[&str]| AdjacencyEntry {
@@ -239,13 +247,14 @@ async fn segments_isolate_customers() {
         "cb and ops never learn it"
     );
 }
+}
 
+on_both_backends! {
 /// Scenario: a node whose commands fail leaves its link Failed after the
 /// retries, and the link recovers on the next sweep once the node heals.
-#[tokio::test]
 async fn failing_node_goes_failed_then_recovers_on_the_sweep() {
     let cp = start_replica(Options {
-        topology: mk_links(&[("*", &["*"])]),
+        topology: TopologyConfig::Api,
         reconciler: ReconcilerConfig {
             base_retry_delay: Duration::from_millis(20),
             max_requeues: 2,
@@ -256,8 +265,15 @@ async fn failing_node_goes_failed_then_recovers_on_the_sweep() {
     })
     .await;
     let fleet = mk_fleet(&cp, &["a", "b"], 1).await;
-    // The source of an a-b link is in a: make it refuse everything.
+    // The source of an a-b link is in a (b, the later name, is the
+    // destination): make it refuse everything, then allow the link.
     fleet.node("a/n0").unwrap().set_fail_commands(true);
+    let add = slim_cp::proto::nb::AddTopologyLinkRequest {
+        group_a: "a".into(),
+        group_b: "b".into(),
+        segment: String::new(),
+    };
+    nb_client(&cp).await.add_topology_link(add).await.unwrap();
     wait_for("link failed", || async {
         let links = cp.store.list_links().await.map_err(|e| e.to_string())?;
         match links.first() {
@@ -285,4 +301,5 @@ async fn failing_node_goes_failed_then_recovers_on_the_sweep() {
     );
     fleet.node("a/n0").unwrap().set_fail_commands(false);
     wait_links(&cp, &fleet, 1).await;
+}
 }

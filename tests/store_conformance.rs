@@ -1,9 +1,300 @@
 //! The store contract, run against every backend.
 
+mod common;
+
 mod memory {
     use std::sync::Arc;
 
     use slim_cp::store::MemoryStore;
 
     slim_cp::store_conformance_tests!(async { Arc::new(MemoryStore::new()) });
+}
+
+/// Each case on its own fresh, migrated database (dropped when it passes).
+mod postgres {
+    use super::common::pg::fresh_pg_db;
+
+    slim_cp::store_conformance_tests!(fresh_pg_db());
+}
+
+/// What only the Postgres backend has: the pair index, fencing, schema
+/// checks, unavailability, row locks under concurrency, metrics.
+mod postgres_backend {
+    use std::time::{Duration, Instant};
+
+    use slim_cp::store::model::{Link, LinkStatus, Registration, ReplicaRef, Route, RouteStatus};
+    use slim_cp::store::model::{Name, SessionState};
+    use slim_cp::store::{ChangeSet, PgStore, SetupError, Store, StoreError};
+    use tokio_postgres::NoTls;
+
+    use super::common::pg::{PgTestDb, admin_url, fresh_pg_db, pg_url_for};
+
+    fn mk_link(id: &str, source: &str, groups: (&str, &str), deleted: bool) -> Link {
+        Link {
+            link_id: id.into(),
+            source_node: source.into(),
+            source_group: groups.0.into(),
+            dest_group: groups.1.into(),
+            dest_node: None,
+            dest_endpoint: "http://10.0.0.2:46357".into(),
+            config_data: "{}".into(),
+            status: LinkStatus::Pending,
+            status_msg: String::new(),
+            deleted,
+            updated_at: 7,
+        }
+    }
+
+    fn mk_route(id: &str, link: &str) -> Route {
+        Route {
+            id: id.into(),
+            source_node: "a/n1".into(),
+            dest_node: "b/n1".into(),
+            link_id: link.into(),
+            name: Name {
+                components: ["org".into(), "ns".into(), "app".into()],
+                id: Some(u128::MAX),
+            },
+            status: RouteStatus::Pending,
+            status_msg: String::new(),
+            updated_at: 7,
+        }
+    }
+
+    fn owner() -> ReplicaRef {
+        ReplicaRef {
+            id: "replica-a".into(),
+            incarnation: 3,
+        }
+    }
+
+    fn mk_registration(id: &str) -> Registration {
+        Registration {
+            node_id: id.into(),
+            group: Some("a".into()),
+            ..Registration::default()
+        }
+    }
+
+    /// Runs `statement` on the test database as the admin user.
+    async fn sql(db: &PgTestDb, statement: &str) {
+        let (client, conn) = tokio_postgres::connect(&pg_url_for(db.name()), NoTls)
+            .await
+            .expect("admin connection to the test database");
+        tokio::spawn(conn);
+        client.batch_execute(statement).await.expect(statement);
+    }
+
+    #[tokio::test]
+    async fn pg_a_pairs_link_is_replaced_inside_one_change_set() {
+        let db = fresh_pg_db().await;
+        db.put_link(mk_link("l-old", "a/n1", ("a", "b"), false))
+            .await
+            .unwrap();
+        let replace = ChangeSet {
+            put_links: vec![
+                mk_link("l-new", "b/n1", ("b", "a"), false),
+                mk_link("l-old", "a/n1", ("a", "b"), true),
+            ],
+            ..ChangeSet::default()
+        };
+        db.apply(replace)
+            .await
+            .expect("tombstone first, then the live link");
+        let live: Vec<_> = db
+            .list_links()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|l| !l.deleted)
+            .collect();
+        assert_eq!(live.len(), 1);
+        assert_eq!((live[0].link_id.as_str(), live[0].updated_at), ("l-new", 7));
+    }
+
+    #[tokio::test]
+    async fn pg_a_second_live_link_for_a_pair_fails_the_whole_change_set() {
+        let db = fresh_pg_db().await;
+        db.put_link(mk_link("l-1", "a/n1", ("a", "b"), false))
+            .await
+            .unwrap();
+        let conflicting = ChangeSet {
+            put_links: vec![mk_link("l-2", "b/n1", ("b", "a"), false)],
+            put_routes: vec![mk_route("r-1", "l-2")],
+            ..ChangeSet::default()
+        };
+        let err = db.apply(conflicting).await.unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Conflict(m) if m.contains("links_one_live_per_pair")),
+            "{err:?}"
+        );
+        assert_eq!(db.list_links().await.unwrap().len(), 1);
+        assert!(db.list_routes().await.unwrap().is_empty(), "all or nothing");
+    }
+
+    #[tokio::test]
+    async fn pg_wide_name_ids_and_given_timestamps_round_trip() {
+        let db = fresh_pg_db().await;
+        db.put_route(mk_route("r-1", "l-1")).await.unwrap();
+        assert_eq!(
+            db.list_routes().await.unwrap(),
+            vec![mk_route("r-1", "l-1")]
+        );
+        let s = db
+            .begin_session(mk_registration("a/n1"), owner())
+            .await
+            .unwrap()
+            .session;
+        let rec = db.get_node("a/n1").await.unwrap().expect("record");
+        assert_eq!(
+            rec.session.map(|s| (s.owner, s.state)),
+            Some((owner(), SessionState::Registering))
+        );
+        let skew = (rec.updated_at - slim_cp::clock::unix_now()).abs();
+        assert!(skew < 30, "the database's now(), in Unix seconds: {skew}");
+        let _ = s;
+    }
+
+    #[tokio::test]
+    async fn pg_fenced_writes_fail_once_the_epoch_moves() {
+        let db = fresh_pg_db().await;
+        let leader = db.with_fence(0);
+        leader
+            .put_link(mk_link("l-1", "a/n1", ("a", "b"), false))
+            .await
+            .expect("epoch 0 stands");
+        sql(&db, "UPDATE leadership SET epoch = 1").await;
+        let err = leader.delete_link("l-1").await.unwrap_err();
+        assert_eq!(
+            err,
+            StoreError::Fenced {
+                epoch: 0,
+                current: 1
+            }
+        );
+        assert_eq!(db.list_links().await.unwrap().len(), 1, "nothing written");
+        leader
+            .begin_session(mk_registration("a/n1"), owner())
+            .await
+            .expect("facts are not fenced");
+        assert!(db.with_fence(1).delete_link("l-1").await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn pg_schema_checks_refuse_newer_and_missing_migrations() {
+        let db = fresh_pg_db().await;
+        let url = pg_url_for(db.name());
+        PgStore::check_schema(&url).await.expect("freshly migrated");
+        sql(&db, "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+                  VALUES (99991231000000, 'from the future', true, '\\x00', 0)").await;
+        let err = PgStore::check_schema(&url).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SetupError::SchemaNewer {
+                    applied: 99991231000000,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(
+            PgStore::migrate(&url).await.is_err(),
+            "an older binary does not migrate it either"
+        );
+        sql(&db, "DELETE FROM _sqlx_migrations").await;
+        let err = PgStore::check_schema(&url).await.unwrap_err();
+        assert!(matches!(err, SetupError::SchemaPending(_)), "{err}");
+    }
+
+    #[tokio::test]
+    async fn pg_a_vanished_database_is_unavailable_promptly() {
+        let db = fresh_pg_db().await;
+        db.list_nodes().await.expect("a pooled connection exists");
+        let (admin, conn) = tokio_postgres::connect(&admin_url(), NoTls).await.unwrap();
+        tokio::spawn(conn);
+        let drop_it = format!("DROP DATABASE {} WITH (FORCE)", db.name());
+        admin.batch_execute(&drop_it).await.unwrap();
+        let started = Instant::now();
+        let err = db.list_nodes().await.unwrap_err();
+        assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(db.metrics().ops["list_nodes"].unavailable >= 1);
+    }
+
+    #[tokio::test]
+    async fn pg_an_unreachable_server_fails_connect() {
+        let started = Instant::now();
+        let err = PgStore::connect("postgres://postgres@127.0.0.1:1/x", 2)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, SetupError::Connect(_)), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[tokio::test]
+    async fn pg_concurrent_registrations_of_one_node_serialize() {
+        let db = fresh_pg_db().await;
+        let store = db.store();
+        let tasks: Vec<_> = (0..12)
+            .map(|_| {
+                let store = store.clone();
+                tokio::spawn(
+                    async move { store.begin_session(mk_registration("a/n1"), owner()).await },
+                )
+            })
+            .collect();
+        let mut starts = Vec::new();
+        for t in tasks {
+            starts.push(t.await.unwrap().expect("begin_session"));
+        }
+        starts.sort_by_key(|s| s.session.generation);
+        for pair in starts.windows(2) {
+            assert!(pair[0].session.generation < pair[1].session.generation);
+            assert_eq!(
+                pair[1].replaced.as_ref(),
+                Some(&pair[0].session),
+                "lock order = generation order"
+            );
+        }
+        assert_eq!(starts[0].replaced, None);
+        let rec = db.get_node("a/n1").await.unwrap().unwrap();
+        assert_eq!(rec.session.as_ref(), starts.last().map(|s| &s.session));
+    }
+
+    #[tokio::test]
+    async fn pg_metrics_count_calls_and_refusals() {
+        let db = fresh_pg_db().await;
+        let s = db
+            .begin_session(mk_registration("a/n1"), owner())
+            .await
+            .unwrap()
+            .session;
+        db.mark_ready("a/n1", s.id).await.unwrap();
+        let stale = db.record_received("a/n1", uuid::Uuid::new_v4(), &[]).await;
+        assert!(matches!(stale, Err(StoreError::StaleSession { .. })));
+        let m = db.metrics();
+        assert_eq!(m.ops["begin_session"].calls, 1);
+        assert_eq!(m.ops["mark_ready"].errors, 0);
+        let rr = &m.ops["record_received"];
+        assert_eq!((rr.calls, rr.errors, rr.unavailable), (1, 1, 0));
+    }
+}
+
+#[test]
+fn test_database_urls_keep_server_and_parameters() {
+    use common::pg::with_database;
+    assert_eq!(
+        with_database("postgres://postgres@127.0.0.1:5432/postgres", "x"),
+        "postgres://postgres@127.0.0.1:5432/x"
+    );
+    assert_eq!(
+        with_database("postgres://u:p@h/db?sslmode=disable", "x"),
+        "postgres://u:p@h/x?sslmode=disable"
+    );
+    assert_eq!(with_database("postgres://h", "x"), "postgres://h/x");
 }

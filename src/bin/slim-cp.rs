@@ -5,10 +5,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use slim_cp::config::{Config, DatabaseConfig};
 use slim_cp::server::{self, Options};
+use slim_cp::store::postgres::PgStore;
 use slim_cp::store::{MemoryStore, Store};
 use tracing::{info, warn};
 
@@ -28,6 +29,16 @@ enum Command {
     /// Run one replica.
     Serve {
         /// YAML configuration (default: ./config.yaml if present, else built-in defaults).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+        /// With Postgres: do not apply migrations at start (a replica still
+        /// refuses a schema it does not match).
+        #[arg(long)]
+        no_migrate: bool,
+    },
+    /// Apply the database migrations this binary carries, then exit.
+    Migrate {
+        /// YAML configuration with `database: {type: postgres, ...}`.
         #[arg(short, long)]
         config: Option<PathBuf>,
     },
@@ -60,13 +71,48 @@ fn hostname() -> String {
         .unwrap_or_else(|| "slim-cp".into())
 }
 
-fn store(config: &Config) -> Arc<dyn Store> {
-    match config.database {
-        DatabaseConfig::Memory => Arc::new(MemoryStore::new()),
+/// The configured store; with Postgres, migrated (unless `no_migrate`)
+/// and checked against the schema this binary knows.
+async fn store(config: &Config, no_migrate: bool) -> Result<Arc<dyn Store>> {
+    match &config.database {
+        DatabaseConfig::Memory => Ok(Arc::new(MemoryStore::new())),
+        DatabaseConfig::Postgres { url, pool_size, .. } => {
+            if !no_migrate {
+                PgStore::migrate(url).await.context("applying migrations")?;
+            }
+            PgStore::check_schema(url)
+                .await
+                .context("checking the schema")?;
+            let store = PgStore::connect(url, *pool_size)
+                .await
+                .context("connecting to Postgres")?;
+            Ok(Arc::new(store))
+        }
     }
 }
 
-async fn serve(path: Option<PathBuf>) -> Result<()> {
+fn store_name(config: &Config) -> &'static str {
+    match config.database {
+        DatabaseConfig::Memory => "memory store, single replica",
+        DatabaseConfig::Postgres { .. } => "postgres store",
+    }
+}
+
+async fn migrate(path: Option<PathBuf>) -> Result<()> {
+    let (config, _) = Config::load_or_default(path.as_deref())?;
+    init_logging(&config.tracing.log_level);
+    let DatabaseConfig::Postgres { url, .. } = &config.database else {
+        bail!("database.type: `migrate` needs `type: postgres` (the memory store has no schema)");
+    };
+    PgStore::migrate(url).await.context("applying migrations")?;
+    PgStore::check_schema(url)
+        .await
+        .context("checking the schema")?;
+    info!("schema up to date");
+    Ok(())
+}
+
+async fn serve(path: Option<PathBuf>, no_migrate: bool) -> Result<()> {
     let (config, file) = Config::load_or_default(path.as_deref())?;
     init_logging(&config.tracing.log_level);
     match &file {
@@ -79,13 +125,15 @@ async fn serve(path: Option<PathBuf>) -> Result<()> {
             "configuration key accepted for compatibility but has no effect"
         );
     }
-    let running = server::start(options(&config)?, store(&config))
+    let store = store(&config, no_migrate).await?;
+    let running = server::start(options(&config)?, store)
         .await
         .context("starting the replica")?;
     info!(
         northbound = %running.northbound_addr,
         southbound = %running.southbound_addr,
-        "slim-cp serving (memory store, single replica)"
+        store = store_name(&config),
+        "slim-cp serving"
     );
     shutdown_signal().await;
     info!("shutting down");
@@ -117,7 +165,8 @@ async fn shutdown_signal() {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let outcome = match Cli::parse().command {
-        Command::Serve { config } => serve(config).await,
+        Command::Serve { config, no_migrate } => serve(config, no_migrate).await,
+        Command::Migrate { config } => migrate(config).await,
     };
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -9,11 +9,13 @@ pub fn from_store(e: StoreError) -> Status {
     match e {
         StoreError::NodeNotFound(n) => Status::not_found(format!("node {n} not found")),
         StoreError::SegmentNotFound(s) => Status::not_found(format!("segment '{s}' not found")),
-        StoreError::StaleSession { .. } => Status::aborted(e.to_string()),
+        StoreError::StaleSession { .. } | StoreError::Conflict(_) => Status::aborted(e.to_string()),
         StoreError::Unavailable(why) => {
             tracing::warn!(%why, "store unavailable for an operator call");
             Status::unavailable("the control plane's store is unavailable; retry shortly")
         }
+        // The replica lost leadership mid-call; another one leads now.
+        StoreError::Fenced { .. } => Status::unavailable(format!("{e}; retry shortly")),
     }
 }
 

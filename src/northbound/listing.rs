@@ -62,6 +62,7 @@ pub fn route_entries(
         dest_node_id: t.node.clone(),
         name: Some(names::to_wire(&t.name)),
         status: nb::RouteStatus::Applied as i32,
+        last_updated: t.updated_at,
         ..Default::default()
     });
     let mut concrete: Vec<nb::RouteEntry> = routes

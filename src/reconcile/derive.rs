@@ -46,6 +46,7 @@ pub async fn derive(store: &dyn Store, mode: &TopologyConfig) -> Result<Derivati
             b, "groups may link but neither has a node with an external endpoint"
         );
     }
+    log_links(&plan);
     let desired = routes::expand(&nodes, &members, &plan.live, &templates, &graphs, now);
     let mut out = Derivation {
         recheck_in: plan
@@ -63,6 +64,30 @@ pub async fn derive(store: &dyn Store, mode: &TopologyConfig) -> Result<Derivati
         store.apply(changes).await?;
     }
     Ok(out)
+}
+
+/// One line per link change, for operators following a failover.
+fn log_links(plan: &links::LinkPlan) {
+    for l in &plan.upserts {
+        let what = if l.deleted {
+            "link deleted"
+        } else if l.dest_node.is_some() && l.status == crate::store::model::LinkStatus::Applied {
+            "link claimed"
+        } else {
+            "link planned"
+        };
+        tracing::info!(
+            link = %l.link_id,
+            source = %l.source_node,
+            dest_group = %l.dest_group,
+            dest = l.dest_node.as_deref().unwrap_or("-"),
+            note = %l.status_msg,
+            "{what}"
+        );
+    }
+    for id in &plan.hard_deletes {
+        tracing::info!(link = %id, "link removed (its source no longer holds it)");
+    }
 }
 
 fn change_set(

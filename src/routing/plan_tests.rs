@@ -110,6 +110,7 @@ fn mk_template(node: &str, seq: u64) -> Template {
         node: node.into(),
         generation: 1,
         seq,
+        updated_at: 0,
     }
 }
 

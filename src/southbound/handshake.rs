@@ -19,6 +19,11 @@ pub enum Refusal {
     Unauthenticated(String),
 }
 
+/// A link id worth keeping: not empty, no control characters.
+pub fn is_link_id(id: &str) -> bool {
+    !id.is_empty() && !id.chars().any(char::is_control)
+}
+
 /// `"{group}/{node_id}"` with a group, the bare id without one.
 pub fn effective_id(node_id: &str, group: Option<&str>) -> String {
     match group {
@@ -51,6 +56,13 @@ pub fn registration(
     check_text("node_id", &req.node_id)?;
     let group = group_of(req);
     check_text("group_name", group.unwrap_or_default())?;
+    for d in &req.connection_details {
+        check_text("connection_details.endpoint", &d.endpoint)?;
+        check_text(
+            "connection_details.external_endpoint",
+            d.external_endpoint.as_deref().unwrap_or_default(),
+        )?;
+    }
     Ok(Registration {
         node_id: effective_id(&req.node_id, group),
         group: group.map(str::to_string),
@@ -72,7 +84,7 @@ pub fn registration(
 /// A connection the node holds, if it carries a link id (the control plane
 /// manages only those).
 fn reported(entry: &sb::ConnectionEntry) -> Option<ReportedConnection> {
-    let link_id = entry.link_id.as_deref().filter(|l| !l.is_empty())?;
+    let link_id = entry.link_id.as_deref().filter(|l| is_link_id(l))?;
     Some(ReportedConnection {
         link_id: link_id.to_string(),
         incoming: entry.direction == sb::ConnectionDirection::Incoming as i32,
@@ -118,10 +130,15 @@ pub fn rewrite_wildcard_host(endpoint: &str, peer: Option<IpAddr>) -> String {
     format!("{scheme}{ip}{port}")
 }
 
+/// NULs are dropped from keys and strings: no database text can hold one.
+fn without_nul(s: &str) -> String {
+    s.replace('\0', "")
+}
+
 fn struct_to_json(s: &prost_types::Struct) -> serde_json::Map<String, serde_json::Value> {
     s.fields
         .iter()
-        .map(|(k, v)| (k.clone(), value_to_json(v)))
+        .map(|(k, v)| (without_nul(k), value_to_json(v)))
         .collect()
 }
 
@@ -131,7 +148,7 @@ fn value_to_json(v: &prost_types::Value) -> serde_json::Value {
     match &v.kind {
         None | Some(Kind::NullValue(_)) => J::Null,
         Some(Kind::NumberValue(n)) => serde_json::Number::from_f64(*n).map_or(J::Null, J::Number),
-        Some(Kind::StringValue(s)) => J::String(s.clone()),
+        Some(Kind::StringValue(s)) => J::String(without_nul(s)),
         Some(Kind::BoolValue(b)) => J::Bool(*b),
         Some(Kind::StructValue(s)) => J::Object(struct_to_json(s)),
         Some(Kind::ListValue(l)) => J::Array(l.values.iter().map(value_to_json).collect()),
@@ -279,5 +296,31 @@ mod tests {
         };
         let wire = detail_to_wire(&d);
         assert_eq!(connection_detail(&wire, None).metadata, m);
+    }
+
+    #[test]
+    fn control_characters_in_endpoints_are_refused_and_nul_dropped_from_metadata() {
+        let mut req = sb::RegisterNodeRequest {
+            node_id: "n".into(),
+            ..Default::default()
+        };
+        req.connection_details = vec![sb::ConnectionDetails {
+            endpoint: "h\0:1".into(),
+            ..Default::default()
+        }];
+        let refused = registration(&req, None);
+        let want = Refusal::ControlCharacters {
+            field: "connection_details.endpoint",
+        };
+        assert_eq!(refused, Err(want));
+        let mut fields = std::collections::BTreeMap::new();
+        let kind = prost_types::value::Kind::StringValue("a\0b".into());
+        fields.insert("k\0".to_string(), prost_types::Value { kind: Some(kind) });
+        let d = sb::ConnectionDetails {
+            metadata: Some(prost_types::Struct { fields }),
+            ..Default::default()
+        };
+        let json = connection_detail(&d, None).metadata;
+        assert_eq!(json.get("k"), Some(&serde_json::json!("ab")));
     }
 }

@@ -116,7 +116,7 @@ fn received(entries: &[sb::ConnectionEntry]) -> Vec<String> {
     entries
         .iter()
         .filter_map(|e| e.link_id.clone())
-        .filter(|l| !l.is_empty())
+        .filter(|l| super::handshake::is_link_id(l))
         .collect()
 }
 

@@ -37,7 +37,8 @@ macro_rules! store_conformance_tests {
             change_sets_apply_every_change,
             links_touching_include_claimed_and_tombstones,
             link_answers_follow_the_status_rules,
-            route_marks_need_the_route
+            route_marks_need_the_route,
+            one_live_link_per_group_pair
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -229,6 +230,10 @@ pub async fn announcements_require_current_session(store: &dyn Store) {
     assert_eq!(templates.len(), 1);
     assert_eq!(templates[0].generation, new.generation);
     assert_eq!(templates[0].node, "a/n1");
+    assert!(
+        templates[0].updated_at > 1_600_000_000,
+        "stamped with the time"
+    );
 }
 
 pub async fn announcements_keep_creation_order(store: &dyn Store) {
@@ -352,7 +357,10 @@ pub async fn links_and_routes_round_trip(store: &dyn Store) {
 pub async fn desired_state_filters_deleted_and_foreign(store: &dyn Store) {
     store.put_link(mk_link("l-1", "a/n1", false)).await.unwrap();
     store.put_link(mk_link("l-2", "a/n1", true)).await.unwrap();
-    store.put_link(mk_link("l-3", "a/n2", false)).await.unwrap();
+    // Another pair: a store holds one live link per group pair.
+    let mut foreign = mk_link("l-3", "a/n2", false);
+    foreign.dest_group = "c".into();
+    store.put_link(foreign).await.unwrap();
     for route in [
         mk_route("r-1", "a/n1", "l-1", RouteStatus::Applied),
         mk_route("r-2", "a/n1", "l-1", RouteStatus::Deleted),
@@ -486,7 +494,9 @@ pub async fn links_touching_include_claimed_and_tombstones(store: &dyn Store) {
     claimed.dest_node = Some("b/n1".into());
     store.put_link(claimed).await.unwrap();
     store.put_link(mk_link("l-2", "b/n1", true)).await.unwrap();
-    store.put_link(mk_link("l-3", "c/n1", false)).await.unwrap();
+    let mut unrelated = mk_link("l-3", "c/n1", false);
+    unrelated.source_group = "c".into();
+    store.put_link(unrelated).await.unwrap();
     store
         .put_route(mk_route("r-1", "b/n1", "l-1", RouteStatus::Pending))
         .await
@@ -579,5 +589,39 @@ pub async fn route_marks_need_the_route(store: &dyn Store) {
     assert_eq!(
         (r.status, r.status_msg.as_str()),
         (RouteStatus::Failed, "no conn")
+    );
+}
+
+pub async fn one_live_link_per_group_pair(store: &dyn Store) {
+    store.put_link(mk_link("l-1", "a/n1", false)).await.unwrap();
+    let mut reverse = mk_link("l-2", "b/n1", false);
+    (reverse.source_group, reverse.dest_group) = ("b".into(), "a".into());
+    let err = store.put_link(reverse.clone()).await.unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+    let batch = ChangeSet {
+        put_links: vec![reverse.clone()],
+        ..ChangeSet::default()
+    };
+    let err = store.apply(batch).await.unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+    let ids: Vec<_> = store
+        .list_links()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| l.link_id)
+        .collect();
+    assert_eq!(ids, ["l-1"], "nothing written");
+    let replace = ChangeSet {
+        put_links: vec![mk_link("l-1", "a/n1", true), reverse],
+        ..ChangeSet::default()
+    };
+    store
+        .apply(replace)
+        .await
+        .expect("a tombstone and its successor in one batch");
+    assert!(
+        store.put_link(mk_link("l-3", "a/n2", true)).await.is_ok(),
+        "tombstones do not count"
     );
 }

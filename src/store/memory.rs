@@ -159,6 +159,7 @@ impl Store for MemoryStore {
             let key = (node.to_string(), name.clone());
             if let Some(t) = st.templates.get_mut(&key) {
                 t.generation = generation;
+                t.updated_at = unix_now();
                 continue;
             }
             st.seq += 1;
@@ -167,6 +168,7 @@ impl Store for MemoryStore {
                 node: node.to_string(),
                 generation,
                 seq: st.seq,
+                updated_at: unix_now(),
             };
             st.templates.insert(key, template);
         }
@@ -229,7 +231,11 @@ impl Store for MemoryStore {
     }
 
     async fn put_link(&self, link: Link) -> Result<(), StoreError> {
-        self.lock().links.insert(link.link_id.clone(), link);
+        let mut st = self.lock();
+        let mut links = st.links.clone();
+        links.insert(link.link_id.clone(), link);
+        one_live_link_per_pair(&links)?;
+        st.links = links;
         Ok(())
     }
 
@@ -312,12 +318,17 @@ impl Store for MemoryStore {
 
     async fn apply(&self, changes: ChangeSet) -> Result<(), StoreError> {
         let mut st = self.lock();
+        // Links first, on a copy: a batch that breaks the pair rule must
+        // leave everything as it was.
+        let mut links = st.links.clone();
         for l in changes.put_links {
-            st.links.insert(l.link_id.clone(), l);
+            links.insert(l.link_id.clone(), l);
         }
         for id in &changes.delete_links {
-            st.links.remove(id);
+            links.remove(id);
         }
+        one_live_link_per_pair(&links)?;
+        st.links = links;
         for r in changes.put_routes {
             st.routes.insert(r.id.clone(), r);
         }
@@ -394,6 +405,20 @@ impl Store for MemoryStore {
         }
         Ok(true)
     }
+}
+
+/// At most one live link per unordered group pair.
+fn one_live_link_per_pair(links: &BTreeMap<String, Link>) -> Result<(), StoreError> {
+    let mut seen = BTreeSet::new();
+    for l in links.values().filter(|l| !l.deleted) {
+        if !seen.insert(edge(&l.source_group, &l.dest_group)) {
+            return Err(StoreError::Conflict(format!(
+                "a live link between {} and {} already exists",
+                l.source_group, l.dest_group
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The link status after the source answered a creation (see

@@ -9,8 +9,10 @@
 //! the conformance suite checks each clause.
 
 pub mod conformance;
+pub mod faults;
 mod memory;
 pub mod model;
+pub mod postgres;
 mod retry;
 
 use async_trait::async_trait;
@@ -21,6 +23,7 @@ use model::{
     DepartureKind, DesiredState, Link, Name, NodeRecord, Registration, ReplicaRef, Route, Segment,
     Session, Template,
 };
+pub use postgres::{PgStore, SetupError};
 pub use retry::retry_unavailable;
 
 /// Why a store call failed.
@@ -36,9 +39,18 @@ pub enum StoreError {
     /// No segment of that name.
     #[error("segment {0} not found")]
     SegmentNotFound(String),
+    /// The change would break an invariant the store keeps (at most one
+    /// live link per unordered group pair); nothing was written.
+    #[error("conflict: {0}")]
+    Conflict(String),
     /// The backend could not be reached or failed; the call may be retried.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// A leader's write was refused because another leader has taken over
+    /// since (the leadership epoch is no longer `epoch`). The writer must
+    /// stop all leader work; retrying cannot succeed.
+    #[error("leadership epoch {epoch} was superseded by epoch {current}")]
+    Fenced { epoch: u64, current: u64 },
 }
 
 /// The result of starting a session.
@@ -145,7 +157,9 @@ pub trait Store: Send + Sync + 'static {
     async fn drop_templates_before(&self, node: &str, generation: u64)
     -> Result<usize, StoreError>;
 
-    /// Inserts or replaces the link with the same `link_id`.
+    /// Inserts or replaces the link with the same `link_id`. At most one
+    /// live (not deleted) link exists per unordered group pair: a put that
+    /// would make a second fails with `Conflict`.
     async fn put_link(&self, link: Link) -> Result<(), StoreError>;
 
     /// Deletes the link for good. Returns whether it existed.
@@ -194,6 +208,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// Applies every change of the batch, all or nothing. Deleting what does
     /// not exist, or consuming a claim a node does not hold, is no error.
+    /// A batch whose result has two live links for one group pair fails
+    /// with `Conflict` and changes nothing.
     async fn apply(&self, changes: ChangeSet) -> Result<(), StoreError>;
 
     /// Links the node is the source or the claimed destination of, deleted

@@ -145,6 +145,8 @@ pub struct Template {
     pub generation: u64,
     /// Store-wide creation order: the oldest template roots a name's tree.
     pub seq: u64,
+    /// Unix seconds of the latest announcement.
+    pub updated_at: i64,
 }
 
 /// Link lifecycle, as the northbound API reports it.

@@ -4,18 +4,18 @@
 
 #![allow(dead_code)]
 
+pub mod backend;
+pub mod pg;
 pub mod reach;
 pub mod scenario;
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use slim_cp::proto::sb::control_message::Payload;
 use slim_cp::proto::sb::controller_service_client::ControllerServiceClient;
 use slim_cp::proto::{dp, sb};
 use slim_cp::server::{self, Options, Running};
-use slim_cp::store::MemoryStore;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
@@ -23,8 +23,10 @@ use tonic::Streaming;
 /// Generous bound for things that happen promptly on a healthy machine.
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
+/// A replica on a fresh store of the running scenario's backend (see
+/// [`backend`]; memory by default).
 pub async fn start_replica(opts: Options) -> Running {
-    server::start(opts, Arc::new(MemoryStore::new()))
+    server::start(opts, backend::fresh_store().await)
         .await
         .expect("replica starts")
 }

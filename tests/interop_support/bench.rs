@@ -2,9 +2,10 @@
 //! `slimctl bench pub` on another, and the count of messages that arrived.
 //! A listing that says APPLIED proves nothing; delivered messages do.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::{PATIENCE, Scenario, spawn_slimctl};
+use super::{PATIENCE, Scenario, Table, spawn_slimctl};
 
 /// slimctl's publisher gives up on its session after 35 s; wait a bit more.
 const PUB_TIMEOUT: Duration = Duration::from_secs(45);
@@ -37,6 +38,20 @@ impl Scenario {
     /// waits until node `from` has a route to it, then publishes `msgs`
     /// from there and reports how many arrived.
     pub fn deliver(&mut self, from: &str, to: &str, msgs: u64) -> Delivery {
+        self.deliver_when(from, to, msgs, |_, _| true)
+    }
+
+    /// Like [`Scenario::deliver`], but the publisher starts only once the
+    /// subscriber's route on node `from` passes `route_ok` (given the
+    /// node's `route list` table and the route's row), e.g. once it goes
+    /// over a particular link.
+    pub fn deliver_when(
+        &mut self,
+        from: &str,
+        to: &str,
+        msgs: u64,
+        route_ok: impl Fn(&Table, &[String]) -> bool,
+    ) -> Delivery {
         let n = msgs.to_string();
         // The subscriber expects one message more than is sent, so it stays
         // in the session until the publisher closes it. One that leaves as
@@ -46,7 +61,13 @@ impl Scenario {
         let dir = self.dir.path().to_path_buf();
         let sub_url = self.node(to).dataplane_url();
         let pub_url = self.node(from).dataplane_url();
-        let name = |role: &str| format!("bench-{role}-{}", to.replace('/', "-"));
+        // One log pair per run: logs are appended to, and a second run on
+        // the same node must not read the first run's count.
+        let run = {
+            static RUNS: AtomicUsize = AtomicUsize::new(0);
+            RUNS.fetch_add(1, Ordering::Relaxed)
+        };
+        let name = |role: &str| format!("bench-{role}-{}-{run}", to.replace('/', "-"));
         let mut sub = spawn_slimctl(
             &dir,
             &name("sub"),
@@ -63,9 +84,9 @@ impl Scenario {
                 let out = self.ctl(&["route", "list", "-n", from]);
                 let t = out.table();
                 let there = t
-                    .column("ROUTE")
+                    .rows
                     .iter()
-                    .any(|r| r.starts_with("bench/test/sub-0"));
+                    .any(|r| t.cell(r, "ROUTE").starts_with("bench/test/sub-0") && route_ok(&t, r));
                 if there { Ok(()) } else { Err(out.to_string()) }
             },
         );

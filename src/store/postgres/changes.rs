@@ -1,0 +1,148 @@
+//! The leader's change sets, applied in one transaction. The order of the
+//! statements is chosen for the database, the result is the memory store's:
+//!
+//! 1. lock the rows of nodes whose claims are consumed, in id order (the
+//!    order every multi-node writer uses, so two never deadlock);
+//! 2. delete links, then write tombstones, then live links: the unique
+//!    one-live-link-per-pair index never sees two live links at once;
+//! 3. delete routes, then write routes;
+//! 4. consume the claims on the locked rows.
+//!
+//! An id both put and deleted ends deleted (the memory store puts, then
+//! deletes); an id put twice ends as its last put.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tokio_postgres::types::Json;
+
+use super::rows::{ConnectionRow, connections_from, connections_json};
+use super::tx::{Db, TxError, execute, query};
+use super::{links, routes};
+use crate::store::ChangeSet;
+use crate::store::model::{Link, Route};
+
+pub(super) async fn apply(db: &Db<'_>, changes: &ChangeSet) -> Result<(), TxError> {
+    let claims = claims_by_node(&changes.consume_claims);
+    let held = lock_nodes(db, claims.keys().copied().collect()).await?;
+    links::delete(db, &changes.delete_links).await?;
+    let put_links = last_puts(&changes.put_links, &changes.delete_links, |l: &Link| {
+        &l.link_id
+    });
+    links::upsert(db, &put_links).await?;
+    routes::delete(db, &changes.delete_routes).await?;
+    let put_routes = last_puts(&changes.put_routes, &changes.delete_routes, |r: &Route| {
+        &r.id
+    });
+    routes::upsert(db, &put_routes).await?;
+    for node in held {
+        if let Some(ids) = claims.get(node.id.as_str()) {
+            consume(db, node, ids).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The consumed link ids per node, nodes in id order.
+fn claims_by_node(claims: &[(String, String)]) -> BTreeMap<&str, BTreeSet<&str>> {
+    let mut out: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for (node, link) in claims {
+        out.entry(node).or_default().insert(link);
+    }
+    out
+}
+
+/// Each id's last put, in the order of those last puts, leaving out
+/// deleted ids.
+fn last_puts<'c, T>(puts: &'c [T], deletes: &[String], id: fn(&T) -> &String) -> Vec<&'c T> {
+    let deleted: BTreeSet<&String> = deletes.iter().collect();
+    let mut last: BTreeMap<&String, usize> = BTreeMap::new();
+    for (i, p) in puts.iter().enumerate() {
+        last.insert(id(p), i);
+    }
+    puts.iter()
+        .enumerate()
+        .filter(|(i, p)| last.get(id(p)) == Some(i) && !deleted.contains(id(p)))
+        .map(|(_, p)| p)
+        .collect()
+}
+
+/// A locked node's claim facts.
+struct HeldNode {
+    id: String,
+    received: Vec<String>,
+    reported: Vec<ConnectionRow>,
+}
+
+/// Locks the existing rows among `ids` in id order (`ORDER BY` sorts before
+/// the rows are locked). Missing nodes are skipped: no error.
+async fn lock_nodes(db: &Db<'_>, ids: Vec<&str>) -> Result<Vec<HeldNode>, TxError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = query(
+        db,
+        "SELECT id, received_links, reported_connections FROM nodes \
+         WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+        &[&ids],
+    )
+    .await?;
+    rows.iter()
+        .map(|row| {
+            let Json(received) = row.try_get("received_links")?;
+            let Json(reported) = row.try_get("reported_connections")?;
+            Ok(HeldNode {
+                id: row.try_get("id")?,
+                received,
+                reported,
+            })
+        })
+        .collect()
+}
+
+/// Drops the link ids from the node's received links and its reported
+/// incoming connections. `updated_at` stays: consuming a claim is not the
+/// node's doing, and departure grace is measured from it.
+async fn consume(db: &Db<'_>, node: HeldNode, ids: &BTreeSet<&str>) -> Result<(), TxError> {
+    let mut reported = connections_from(node.reported);
+    let before = (node.received.len(), reported.len());
+    let received: Vec<String> = node
+        .received
+        .into_iter()
+        .filter(|l| !ids.contains(l.as_str()))
+        .collect();
+    reported.retain(|c| !(c.incoming && ids.contains(c.link_id.as_str())));
+    if before == (received.len(), reported.len()) {
+        return Ok(());
+    }
+    execute(
+        db,
+        "UPDATE nodes SET received_links = $2, reported_connections = $3 WHERE id = $1",
+        &[&node.id, &Json(&received), &connections_json(&reported)],
+    )
+    .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_put_wins_and_deletes_beat_puts() {
+        let puts: Vec<(String, u8)> = [("a", 1), ("b", 1), ("a", 2), ("c", 1)]
+            .map(|(id, v)| (id.to_string(), v))
+            .to_vec();
+        let kept = last_puts(&puts, &["c".to_string()], |p| &p.0);
+        assert_eq!(kept, [&puts[1], &puts[2]]);
+    }
+
+    #[test]
+    fn claims_group_by_node_in_id_order() {
+        let claims = [("b", "l-1"), ("a", "l-2"), ("b", "l-1"), ("b", "l-3")]
+            .map(|(n, l)| (n.to_string(), l.to_string()));
+        let by_node = claims_by_node(&claims);
+        let nodes: Vec<_> = by_node.keys().copied().collect();
+        assert_eq!(nodes, ["a", "b"]);
+        assert_eq!(by_node["b"].len(), 2);
+    }
+}

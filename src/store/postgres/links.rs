@@ -1,0 +1,136 @@
+//! Links: the leader's desired connections, one live link per unordered
+//! group pair (a unique partial index). Tombstones (`deleted`) are written
+//! before live links, so replacing a pair's link inside one transaction
+//! never trips the index.
+
+use super::rows::{link_columns, link_from, link_status_from, link_status_sql};
+use super::tx::{Db, TxError, execute, query, query_opt};
+use crate::store::model::Link;
+use crate::store::sent_status;
+
+const UPSERT: &str = "INSERT INTO links (link_id, source_node, source_group, dest_group, \
+       dest_node, dest_endpoint, config_data, status, status_msg, deleted, updated_at) \
+     SELECT l.id, l.sn, l.sg, l.dg, l.dn, l.ep, l.cfg, l.st, l.msg, l.del, to_timestamp(l.ts) \
+     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
+       $7::text[], $8::text[], $9::text[], $10::bool[], $11::int8[]) \
+       WITH ORDINALITY AS l(id, sn, sg, dg, dn, ep, cfg, st, msg, del, ts, ord) \
+     ORDER BY l.ord \
+     ON CONFLICT (link_id) DO UPDATE SET source_node = EXCLUDED.source_node, \
+       source_group = EXCLUDED.source_group, dest_group = EXCLUDED.dest_group, \
+       dest_node = EXCLUDED.dest_node, dest_endpoint = EXCLUDED.dest_endpoint, \
+       config_data = EXCLUDED.config_data, status = EXCLUDED.status, \
+       status_msg = EXCLUDED.status_msg, deleted = EXCLUDED.deleted, \
+       updated_at = EXCLUDED.updated_at";
+
+/// Inserts or replaces `links` (distinct ids), tombstones first. A link
+/// keeps the `updated_at` it is given: the caller stamped it.
+pub(super) async fn upsert(db: &Db<'_>, links: &[&Link]) -> Result<(), TxError> {
+    let (dead, live): (Vec<&Link>, Vec<&Link>) = links.iter().partition(|l| l.deleted);
+    for batch in [dead, live] {
+        if !batch.is_empty() {
+            upsert_batch(db, &batch).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn upsert_batch(db: &Db<'_>, links: &[&Link]) -> Result<(), TxError> {
+    let col = |f: fn(&Link) -> &str| links.iter().map(|l| f(l)).collect::<Vec<&str>>();
+    let dest_node: Vec<Option<&str>> = links.iter().map(|l| l.dest_node.as_deref()).collect();
+    let status: Vec<&str> = links.iter().map(|l| link_status_sql(l.status)).collect();
+    let deleted: Vec<bool> = links.iter().map(|l| l.deleted).collect();
+    let ts: Vec<i64> = links.iter().map(|l| l.updated_at).collect();
+    execute(
+        db,
+        UPSERT,
+        &[
+            &col(|l| &l.link_id),
+            &col(|l| &l.source_node),
+            &col(|l| &l.source_group),
+            &col(|l| &l.dest_group),
+            &dest_node,
+            &col(|l| &l.dest_endpoint),
+            &col(|l| &l.config_data),
+            &status,
+            &col(|l| &l.status_msg),
+            &deleted,
+            &ts,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Deletes the links for good; returns how many existed.
+pub(super) async fn delete(db: &Db<'_>, ids: &[String]) -> Result<u64, TxError> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    execute(db, "DELETE FROM links WHERE link_id = ANY($1)", &[&ids]).await
+}
+
+pub(super) async fn list(db: &Db<'_>) -> Result<Vec<Link>, TxError> {
+    const SQL: &str = concat!("SELECT ", link_columns!(), " FROM links ORDER BY link_id");
+    query(db, SQL, &[]).await?.iter().map(link_from).collect()
+}
+
+pub(super) async fn touching(db: &Db<'_>, node: &str) -> Result<Vec<Link>, TxError> {
+    const SQL: &str = concat!(
+        "SELECT ",
+        link_columns!(),
+        " FROM links WHERE source_node = $1 OR dest_node = $1 ORDER BY link_id"
+    );
+    query(db, SQL, &[&node])
+        .await?
+        .iter()
+        .map(link_from)
+        .collect()
+}
+
+/// The node's live links, ordered by id.
+pub(super) async fn live_sourced(db: &Db<'_>, node: &str) -> Result<Vec<Link>, TxError> {
+    const SQL: &str = concat!(
+        "SELECT ",
+        link_columns!(),
+        " FROM links WHERE source_node = $1 AND NOT deleted ORDER BY link_id"
+    );
+    query(db, SQL, &[&node])
+        .await?
+        .iter()
+        .map(link_from)
+        .collect()
+}
+
+/// Compare-and-set on (live, still sourced at `source`), then the shared
+/// status rule; a write only when something changes.
+pub(super) async fn mark_sent(
+    db: &Db<'_>,
+    link_id: &str,
+    source: &str,
+    ok: bool,
+    message: &str,
+) -> Result<bool, TxError> {
+    let row = query_opt(
+        db,
+        "SELECT status, status_msg FROM links \
+         WHERE link_id = $1 AND source_node = $2 AND NOT deleted FOR UPDATE",
+        &[&link_id, &source],
+    )
+    .await?;
+    let Some(row) = row else {
+        return Ok(false);
+    };
+    let status = link_status_from(row.try_get("status")?)?;
+    let next = sent_status(status, ok);
+    let old_message: &str = row.try_get("status_msg")?;
+    if next != status || old_message != message {
+        execute(
+            db,
+            "UPDATE links SET status = $2, status_msg = $3, updated_at = now() \
+             WHERE link_id = $1",
+            &[&link_id, &link_status_sql(next), &message],
+        )
+        .await?;
+    }
+    Ok(true)
+}

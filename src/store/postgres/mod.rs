@@ -1,0 +1,125 @@
+//! The PostgreSQL backend: the store shared by every replica of a cluster.
+//!
+//! Durable here is everything the [`Store`](super::Store) holds: node records with their
+//! sessions and facts, templates, links, routes and segments, plus the
+//! replica and leadership rows of the HA layer. A replica's restart never
+//! wipes any of it; a leader taking over derives from exactly what the last
+//! one left. Timestamps the store sets itself (a node's `updated_at`, a
+//! link's or route's on a status change) are the database's `now()`, so
+//! replicas' clocks never disagree about them; a link or route written
+//! whole keeps the `updated_at` its writer gave it, as in the memory store.
+//!
+//! Every query runs through the one transaction helper in `tx`. Facts are
+//! written from any replica; derivations (links, routes, claim consumption,
+//! cleanup) are the leader's and are fenced when the store is obtained
+//! through [`PgStore::with_fence`].
+
+mod changes;
+mod links;
+mod metrics;
+mod migrate;
+mod nodes;
+mod pool;
+mod routes;
+mod rows;
+mod store_impl;
+mod templates;
+mod topology;
+mod tx;
+pub mod url;
+
+use std::fmt;
+
+pub use metrics::{OpMetrics, PgMetrics};
+use tx::Tx;
+
+/// Why the store could not be set up (connecting, migrating, checking the
+/// schema). Messages never contain the URL or the password.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("invalid database URL: {0}")]
+    InvalidUrl(String),
+    #[error("cannot build the connection pool: {0}")]
+    Pool(String),
+    #[error("cannot connect to the database: {0}")]
+    Connect(String),
+    #[error("migrating the database failed: {0}")]
+    Migrate(String),
+    #[error(
+        "the database has migration {applied}, newer than this slim-cp knows (latest {known}): \
+         run the slim-cp version that migrated it, or a later one"
+    )]
+    SchemaNewer { applied: i64, known: i64 },
+    #[error("the database lacks migrations {0:?}: run `slim-cp migrate` first")]
+    SchemaPending(Vec<i64>),
+    #[error("migration {0} failed part-way; repair it by hand before starting slim-cp")]
+    SchemaDirty(i64),
+    #[error("migration {0} in the database differs from this slim-cp's copy")]
+    SchemaModified(i64),
+}
+
+/// The Postgres store. Clones share the pool and the metrics.
+#[derive(Clone)]
+pub struct PgStore {
+    tx: Tx,
+    /// The leader's epoch its derivation writes are fenced with.
+    fence: Option<u64>,
+}
+
+impl fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Deliberately no connection details: they may hold a password.
+        f.debug_struct("PgStore")
+            .field("fence", &self.fence)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgStore {
+    /// A pool of `pool_size` connections to `url` (URL or `key=value`
+    /// form), checked with one round trip so that a wrong URL or an absent
+    /// database fails here rather than on the first fact.
+    pub async fn connect(url: &str, pool_size: usize) -> Result<Self, SetupError> {
+        let pool = pool::build_pool(pool::pg_config(url)?, pool_size)?;
+        let client = pool
+            .get()
+            .await
+            .map_err(|e| SetupError::Connect(e.to_string()))?;
+        client
+            .simple_query("SELECT 1")
+            .await
+            .map_err(|e| SetupError::Connect(e.to_string()))?;
+        drop(client);
+        Ok(Self {
+            tx: Tx::new(pool),
+            fence: None,
+        })
+    }
+
+    /// Applies the embedded migrations the database lacks.
+    pub async fn migrate(url: &str) -> Result<(), SetupError> {
+        migrate::run(url).await
+    }
+
+    /// Refuses a database whose schema this binary does not match: a newer
+    /// migration than it knows, a failed or altered one, or missing ones.
+    pub async fn check_schema(url: &str) -> Result<(), SetupError> {
+        migrate::check(url).await
+    }
+
+    /// Per-operation call, error, retry and latency counters.
+    pub fn metrics(&self) -> PgMetrics {
+        self.tx.metrics().snapshot()
+    }
+
+    /// The same store, with every derivation write (links, routes, claim
+    /// consumption, node and template cleanup) fenced by `epoch`: such a
+    /// write fails with [`StoreError::Fenced`](super::StoreError::Fenced) once another leader has
+    /// bumped the epoch. Facts, operator writes and reads are not fenced.
+    pub fn with_fence(&self, epoch: u64) -> PgStore {
+        PgStore {
+            tx: self.tx.clone(),
+            fence: Some(epoch),
+        }
+    }
+}

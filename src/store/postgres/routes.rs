@@ -1,0 +1,110 @@
+//! Routes: desired subscriptions on a source node over one of its links.
+
+use super::rows::{name_id_sql, route_columns, route_from, route_status_sql};
+use super::tx::{Db, TxError, execute, query};
+use crate::store::model::{Route, RouteStatus};
+
+const UPSERT: &str = "INSERT INTO routes (id, source_node, dest_node, link_id, component0, \
+       component1, component2, name_id, status, status_msg, updated_at) \
+     SELECT r.id, r.sn, r.dn, r.link, r.c0, r.c1, r.c2, r.nid, r.st, r.msg, to_timestamp(r.ts) \
+     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
+       $7::text[], $8::text[], $9::text[], $10::text[], $11::int8[]) \
+       AS r(id, sn, dn, link, c0, c1, c2, nid, st, msg, ts) \
+     ON CONFLICT (id) DO UPDATE SET source_node = EXCLUDED.source_node, \
+       dest_node = EXCLUDED.dest_node, link_id = EXCLUDED.link_id, \
+       component0 = EXCLUDED.component0, component1 = EXCLUDED.component1, \
+       component2 = EXCLUDED.component2, name_id = EXCLUDED.name_id, \
+       status = EXCLUDED.status, status_msg = EXCLUDED.status_msg, \
+       updated_at = EXCLUDED.updated_at";
+
+/// Inserts or replaces `routes` (distinct ids). A route keeps the
+/// `updated_at` it is given: the caller stamped it.
+pub(super) async fn upsert(db: &Db<'_>, routes: &[&Route]) -> Result<(), TxError> {
+    if routes.is_empty() {
+        return Ok(());
+    }
+    let col = |f: fn(&Route) -> &str| routes.iter().map(|r| f(r)).collect::<Vec<&str>>();
+    let name_id: Vec<Option<String>> = routes.iter().map(|r| name_id_sql(r.name.id)).collect();
+    let status: Vec<&str> = routes.iter().map(|r| route_status_sql(r.status)).collect();
+    let ts: Vec<i64> = routes.iter().map(|r| r.updated_at).collect();
+    execute(
+        db,
+        UPSERT,
+        &[
+            &col(|r| &r.id),
+            &col(|r| &r.source_node),
+            &col(|r| &r.dest_node),
+            &col(|r| &r.link_id),
+            &col(|r| &r.name.components[0]),
+            &col(|r| &r.name.components[1]),
+            &col(|r| &r.name.components[2]),
+            &name_id,
+            &status,
+            &col(|r| &r.status_msg),
+            &ts,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Deletes the routes for good; returns how many existed.
+pub(super) async fn delete(db: &Db<'_>, ids: &[String]) -> Result<u64, TxError> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    execute(db, "DELETE FROM routes WHERE id = ANY($1)", &[&ids]).await
+}
+
+pub(super) async fn list(db: &Db<'_>) -> Result<Vec<Route>, TxError> {
+    const SQL: &str = concat!("SELECT ", route_columns!(), " FROM routes ORDER BY id");
+    query(db, SQL, &[]).await?.iter().map(route_from).collect()
+}
+
+pub(super) async fn sourced(db: &Db<'_>, node: &str) -> Result<Vec<Route>, TxError> {
+    const SQL: &str = concat!(
+        "SELECT ",
+        route_columns!(),
+        " FROM routes WHERE source_node = $1 ORDER BY id"
+    );
+    query(db, SQL, &[&node])
+        .await?
+        .iter()
+        .map(route_from)
+        .collect()
+}
+
+/// The node's routes that are not deleted and ride one of its live links.
+pub(super) async fn desired(db: &Db<'_>, node: &str) -> Result<Vec<Route>, TxError> {
+    const SQL: &str = concat!(
+        "SELECT ",
+        route_columns!(),
+        " FROM routes WHERE source_node = $1 AND status <> 'deleted' \
+           AND link_id IN (SELECT link_id FROM links WHERE source_node = $1 AND NOT deleted) \
+         ORDER BY id"
+    );
+    query(db, SQL, &[&node])
+        .await?
+        .iter()
+        .map(route_from)
+        .collect()
+}
+
+/// Sets status and message if the route exists; the timestamp moves only
+/// when one of them changes (the right-hand sides read the old row).
+pub(super) async fn mark(
+    db: &Db<'_>,
+    id: &str,
+    status: RouteStatus,
+    message: &str,
+) -> Result<bool, TxError> {
+    let n = execute(
+        db,
+        "UPDATE routes SET updated_at = CASE WHEN status <> $2 OR status_msg <> $3 \
+           THEN now() ELSE updated_at END, status = $2, status_msg = $3 \
+         WHERE id = $1",
+        &[&id, &route_status_sql(status), &message],
+    )
+    .await?;
+    Ok(n > 0)
+}

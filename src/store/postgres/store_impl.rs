@@ -1,0 +1,311 @@
+//! [`Store`] for [`PgStore`]: each method names its operation, picks how
+//! it runs (read, fact or operator write, fenced derivation) and hands its
+//! body to the transaction helper. The bodies live in the per-table modules.
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use super::tx::{Mode, Op};
+use super::{PgStore, changes, links, nodes, routes, templates, topology};
+use crate::store::model::{
+    DepartureKind, DesiredState, Link, Name, NodeRecord, Registration, ReplicaRef, Route,
+    RouteStatus, Segment, Template,
+};
+use crate::store::{ChangeSet, SessionStart, Store, StoreError};
+
+impl PgStore {
+    /// A leader's derivation: fenced when this store carries an epoch.
+    fn derive(&self, name: &'static str) -> Op {
+        Op {
+            name,
+            mode: Mode::Derive(self.fence),
+        }
+    }
+}
+
+fn read(name: &'static str) -> Op {
+    Op {
+        name,
+        mode: Mode::Read,
+    }
+}
+
+fn write(name: &'static str) -> Op {
+    Op {
+        name,
+        mode: Mode::Write,
+    }
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn begin_session(
+        &self,
+        registration: Registration,
+        owner: ReplicaRef,
+    ) -> Result<SessionStart, StoreError> {
+        let args = (registration, owner);
+        self.tx
+            .run(write("begin_session"), args, |db, (reg, owner)| {
+                Box::pin(nodes::begin_session(db, reg, owner))
+            })
+            .await
+    }
+
+    async fn mark_ready(&self, node: &str, session: Uuid) -> Result<bool, StoreError> {
+        self.tx
+            .run(write("mark_ready"), (node, session), |db, (n, s)| {
+                Box::pin(nodes::mark_ready(db, n, *s))
+            })
+            .await
+    }
+
+    async fn end_session(
+        &self,
+        node: &str,
+        session: Uuid,
+        kind: DepartureKind,
+    ) -> Result<bool, StoreError> {
+        self.tx
+            .run(
+                write("end_session"),
+                (node, session, kind),
+                |db, (n, s, k)| Box::pin(nodes::end_session(db, n, *s, *k)),
+            )
+            .await
+    }
+
+    async fn record_announcements(
+        &self,
+        node: &str,
+        session: Uuid,
+        set: &[Name],
+        withdraw: &[Name],
+    ) -> Result<(), StoreError> {
+        let args = (node, session, set, withdraw);
+        self.tx
+            .run(write("record_announcements"), args, |db, (n, s, set, w)| {
+                Box::pin(templates::record_announcements(db, n, *s, set, w))
+            })
+            .await
+    }
+
+    async fn record_received(
+        &self,
+        node: &str,
+        session: Uuid,
+        link_ids: &[String],
+    ) -> Result<(), StoreError> {
+        let args = (node, session, link_ids);
+        self.tx
+            .run(write("record_received"), args, |db, (n, s, ids)| {
+                Box::pin(nodes::record_received(db, n, *s, ids))
+            })
+            .await
+    }
+
+    async fn get_node(&self, node: &str) -> Result<Option<NodeRecord>, StoreError> {
+        self.tx
+            .run(read("get_node"), node, |db, n| Box::pin(nodes::get(db, n)))
+            .await
+    }
+
+    async fn list_nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
+        self.tx
+            .run(read("list_nodes"), (), |db, _| Box::pin(nodes::list(db)))
+            .await
+    }
+
+    async fn forget_node(&self, node: &str, generation: u64) -> Result<bool, StoreError> {
+        self.tx
+            .run(
+                self.derive("forget_node"),
+                (node, generation),
+                |db, (n, g)| Box::pin(nodes::forget(db, n, *g)),
+            )
+            .await
+    }
+
+    async fn list_templates(&self) -> Result<Vec<Template>, StoreError> {
+        self.tx
+            .run(read("list_templates"), (), |db, _| {
+                Box::pin(templates::list(db))
+            })
+            .await
+    }
+
+    async fn drop_templates_before(
+        &self,
+        node: &str,
+        generation: u64,
+    ) -> Result<usize, StoreError> {
+        let op = self.derive("drop_templates_before");
+        self.tx
+            .run(op, (node, generation), |db, (n, g)| {
+                Box::pin(templates::drop_before(db, n, *g))
+            })
+            .await
+    }
+
+    async fn put_link(&self, link: Link) -> Result<(), StoreError> {
+        self.tx
+            .run(self.derive("put_link"), link, |db, l| {
+                Box::pin(async move { links::upsert(db, &[l]).await })
+            })
+            .await
+    }
+
+    async fn delete_link(&self, link_id: &str) -> Result<bool, StoreError> {
+        let ids = [link_id.to_string()];
+        self.tx
+            .run(self.derive("delete_link"), ids, |db, ids| {
+                Box::pin(async move { Ok(links::delete(db, ids).await? > 0) })
+            })
+            .await
+    }
+
+    async fn list_links(&self) -> Result<Vec<Link>, StoreError> {
+        self.tx
+            .run(read("list_links"), (), |db, _| Box::pin(links::list(db)))
+            .await
+    }
+
+    async fn put_route(&self, route: Route) -> Result<(), StoreError> {
+        self.tx
+            .run(self.derive("put_route"), route, |db, r| {
+                Box::pin(async move { routes::upsert(db, &[r]).await })
+            })
+            .await
+    }
+
+    async fn delete_route(&self, id: &str) -> Result<bool, StoreError> {
+        let ids = [id.to_string()];
+        self.tx
+            .run(self.derive("delete_route"), ids, |db, ids| {
+                Box::pin(async move { Ok(routes::delete(db, ids).await? > 0) })
+            })
+            .await
+    }
+
+    async fn list_routes(&self) -> Result<Vec<Route>, StoreError> {
+        self.tx
+            .run(read("list_routes"), (), |db, _| Box::pin(routes::list(db)))
+            .await
+    }
+
+    async fn desired_for_node(&self, node: &str) -> Result<DesiredState, StoreError> {
+        self.tx
+            .run(read("desired_for_node"), node, |db, n| {
+                Box::pin(async move {
+                    let links = links::live_sourced(db, n).await?;
+                    let routes = routes::desired(db, n).await?;
+                    Ok(DesiredState { links, routes })
+                })
+            })
+            .await
+    }
+
+    async fn list_segments(&self) -> Result<Vec<Segment>, StoreError> {
+        self.tx
+            .run(read("list_segments"), (), |db, _| {
+                Box::pin(topology::list(db))
+            })
+            .await
+    }
+
+    async fn add_segment(&self, name: &str) -> Result<bool, StoreError> {
+        self.tx
+            .run(write("add_segment"), name, |db, n| {
+                Box::pin(topology::add(db, n))
+            })
+            .await
+    }
+
+    async fn remove_segment(&self, name: &str) -> Result<bool, StoreError> {
+        self.tx
+            .run(write("remove_segment"), name, |db, n| {
+                Box::pin(topology::remove(db, n))
+            })
+            .await
+    }
+
+    async fn add_segment_edge(&self, segment: &str, a: &str, b: &str) -> Result<bool, StoreError> {
+        self.tx
+            .run(
+                write("add_segment_edge"),
+                (segment, a, b),
+                |db, (s, a, b)| Box::pin(topology::add_edge(db, s, a, b)),
+            )
+            .await
+    }
+
+    async fn remove_segment_edge(
+        &self,
+        segment: &str,
+        a: &str,
+        b: &str,
+    ) -> Result<bool, StoreError> {
+        let args = (segment, a, b);
+        self.tx
+            .run(write("remove_segment_edge"), args, |db, (s, a, b)| {
+                Box::pin(topology::remove_edge(db, s, a, b))
+            })
+            .await
+    }
+
+    async fn apply(&self, changes: ChangeSet) -> Result<(), StoreError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        self.tx
+            .run(self.derive("apply"), changes, |db, c| {
+                Box::pin(changes::apply(db, c))
+            })
+            .await
+    }
+
+    async fn links_touching(&self, node: &str) -> Result<Vec<Link>, StoreError> {
+        self.tx
+            .run(read("links_touching"), node, |db, n| {
+                Box::pin(links::touching(db, n))
+            })
+            .await
+    }
+
+    async fn routes_sourced(&self, node: &str) -> Result<Vec<Route>, StoreError> {
+        self.tx
+            .run(read("routes_sourced"), node, |db, n| {
+                Box::pin(routes::sourced(db, n))
+            })
+            .await
+    }
+
+    async fn mark_link_sent(
+        &self,
+        link_id: &str,
+        source: &str,
+        ok: bool,
+        message: &str,
+    ) -> Result<bool, StoreError> {
+        let args = (link_id, source, ok, message);
+        self.tx
+            .run(self.derive("mark_link_sent"), args, |db, (l, s, ok, m)| {
+                Box::pin(links::mark_sent(db, l, s, *ok, m))
+            })
+            .await
+    }
+
+    async fn mark_route(
+        &self,
+        id: &str,
+        status: RouteStatus,
+        message: &str,
+    ) -> Result<bool, StoreError> {
+        let args = (id, status, message);
+        self.tx
+            .run(self.derive("mark_route"), args, |db, (id, st, m)| {
+                Box::pin(routes::mark(db, id, *st, m))
+            })
+            .await
+    }
+}

@@ -1,0 +1,321 @@
+//! The one transaction helper: every query of the Postgres store runs inside
+//! [`Tx::run`]. It sets the isolation, applies the leader's fence, retries
+//! serialization failures and deadlocks a bounded number of times, bounds
+//! each attempt in time, maps connection trouble to
+//! [`StoreError::Unavailable`] (so callers' `retry_unavailable` applies) and
+//! records per-operation metrics.
+//!
+//! Isolation: writes run READ COMMITTED. Every read-modify-write of a node
+//! locks that node's row first (`SELECT ... FOR UPDATE`, or a conditional
+//! `UPDATE` that takes the same lock), so its decision is made on the latest
+//! committed row, and several rows are always locked in id order. Derived
+//! state has one writer (the fenced leader). SERIALIZABLE would buy no
+//! invariant on top of that and would abort facts under contention, which
+//! costs a node its stream. Multi-statement reads run REPEATABLE READ READ
+//! ONLY: one snapshot, and such transactions never fail to serialize.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Object, Pool, PoolError};
+use tokio::time::Instant;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{IsolationLevel, Row};
+
+use super::metrics::{Metrics, Outcome};
+use crate::store::StoreError;
+
+/// The transaction every operation's body gets.
+pub(super) type Db<'a> = deadpool_postgres::Transaction<'a>;
+
+/// What an operation's body returns.
+pub(super) type TxFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, TxError>> + Send + 'a>>;
+
+/// Attempts per call when the database asks for a rerun (40001, 40P01).
+const MAX_ATTEMPTS: u32 = 5;
+/// First pause before a rerun; doubled each time, jittered by ±50 %.
+const FIRST_PAUSE: Duration = Duration::from_millis(10);
+/// One attempt's bound, on top of the server's `statement_timeout`: a frozen
+/// server whose kernel still acknowledges packets trips neither that nor the
+/// TCP timeouts.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Why an operation's body or the helper failed.
+#[derive(Debug)]
+pub(super) enum TxError {
+    Db(tokio_postgres::Error),
+    Pool(PoolError),
+    TimedOut,
+    /// A row this binary cannot read (a value outside what the schema allows).
+    Decode(String),
+    /// A refusal the store contract describes.
+    Store(StoreError),
+}
+
+impl From<tokio_postgres::Error> for TxError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        TxError::Db(e)
+    }
+}
+
+impl From<StoreError> for TxError {
+    fn from(e: StoreError) -> Self {
+        TxError::Store(e)
+    }
+}
+
+/// How an operation uses the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// Reads only, from one snapshot.
+    Read,
+    /// Facts and operator writes, from any replica.
+    Write,
+    /// The leader's derivations: with `Some(epoch)`, the transaction first
+    /// reads the leadership row FOR SHARE and aborts with
+    /// [`StoreError::Fenced`] unless the epoch still stands. The share lock
+    /// makes a takeover's epoch bump wait for this transaction, so no
+    /// deposed leader's write commits after it.
+    Derive(Option<u64>),
+}
+
+/// A named operation and how it runs.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Op {
+    pub name: &'static str,
+    pub mode: Mode,
+}
+
+/// The pool plus the metrics every call records into. Cheap to clone.
+#[derive(Clone)]
+pub(super) struct Tx {
+    pool: Pool,
+    metrics: Arc<Metrics>,
+}
+
+impl Tx {
+    pub(super) fn new(pool: Pool) -> Self {
+        Self {
+            pool,
+            metrics: Arc::default(),
+        }
+    }
+
+    pub(super) fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Runs `body` in a transaction for `op`, with `args` lent to every
+    /// attempt (the body may run more than once). Commits if it returns `Ok`.
+    pub(super) async fn run<A, T, F>(&self, op: Op, args: A, body: F) -> Result<T, StoreError>
+    where
+        A: Send + Sync,
+        T: Send,
+        F: for<'a> Fn(&'a Db<'_>, &'a A) -> TxFuture<'a, T> + Send + Sync,
+    {
+        let started = Instant::now();
+        let mut attempt = 1;
+        let result = loop {
+            match self.attempt(op, &args, &body).await {
+                Err(TxError::Db(e)) if must_rerun(&e) && attempt < MAX_ATTEMPTS => {
+                    self.metrics.retried(op.name);
+                    tokio::time::sleep(pause(attempt)).await;
+                    attempt += 1;
+                }
+                other => break other,
+            }
+        };
+        let result = result.map_err(|e| to_store_error(op.name, e));
+        self.metrics
+            .finished(op.name, started.elapsed(), outcome(&result));
+        result
+    }
+
+    async fn attempt<A, T, F>(&self, op: Op, args: &A, body: &F) -> Result<T, TxError>
+    where
+        F: for<'a> Fn(&'a Db<'_>, &'a A) -> TxFuture<'a, T>,
+    {
+        let mut client = self.pool.get().await.map_err(TxError::Pool)?;
+        let work = async {
+            let tx = client
+                .build_transaction()
+                .isolation_level(op.mode.isolation())
+                .read_only(op.mode == Mode::Read)
+                .start()
+                .await?;
+            if let Mode::Derive(Some(epoch)) = op.mode {
+                check_fence(&tx, epoch).await?;
+            }
+            let value = body(&tx, args).await?;
+            tx.commit().await?;
+            Ok(value)
+        };
+        match tokio::time::timeout(ATTEMPT_TIMEOUT, work).await {
+            Ok(result) => result,
+            Err(_) => {
+                // The connection is mid-conversation with a server that went
+                // silent: never hand it to another caller.
+                drop(Object::take(client));
+                Err(TxError::TimedOut)
+            }
+        }
+    }
+}
+
+impl Mode {
+    fn isolation(self) -> IsolationLevel {
+        match self {
+            Mode::Read => IsolationLevel::RepeatableRead,
+            Mode::Write | Mode::Derive(_) => IsolationLevel::ReadCommitted,
+        }
+    }
+}
+
+async fn check_fence(db: &Db<'_>, epoch: u64) -> Result<(), TxError> {
+    let row = query_one(
+        db,
+        "SELECT epoch FROM leadership WHERE singleton FOR SHARE",
+        &[],
+    )
+    .await?;
+    let current: i64 = row.try_get(0)?;
+    if i64::try_from(epoch).ok() == Some(current) {
+        return Ok(());
+    }
+    Err(StoreError::Fenced {
+        epoch,
+        current: u64::try_from(current).unwrap_or(0),
+    }
+    .into())
+}
+
+/// The database asks for the transaction to be run again.
+fn must_rerun(e: &tokio_postgres::Error) -> bool {
+    matches!(
+        e.code(),
+        Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED
+    )
+}
+
+fn pause(attempt: u32) -> Duration {
+    use rand::Rng;
+    let base = FIRST_PAUSE * 2u32.saturating_pow(attempt.saturating_sub(1));
+    // Jitter so that two transactions that collided do not collide again.
+    base.mul_f64(rand::rng().random_range(0.5..1.5))
+}
+
+fn outcome<T>(result: &Result<T, StoreError>) -> Outcome {
+    match result {
+        Ok(_) => Outcome::Ok,
+        Err(StoreError::Unavailable(_)) => Outcome::Unavailable,
+        Err(_) => Outcome::Refused,
+    }
+}
+
+/// Everything but a contract refusal becomes `Unavailable`: the store has
+/// no other word for "the database failed", and the leader's level-based
+/// derivation makes a later retry on fresh facts the right response.
+fn to_store_error(op: &str, e: TxError) -> StoreError {
+    let why = match e {
+        TxError::Store(e) => return e,
+        TxError::Db(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+            return StoreError::Conflict(describe_db_error(op, &e));
+        }
+        TxError::Db(e) => describe_db_error(op, &e),
+        TxError::Pool(e) => format!("{op}: no database connection: {e}"),
+        TxError::TimedOut => format!("{op}: no answer from the database in {ATTEMPT_TIMEOUT:?}"),
+        TxError::Decode(m) => {
+            tracing::error!(op, %m, "unreadable row");
+            format!("{op}: unreadable row: {m}")
+        }
+    };
+    StoreError::Unavailable(why)
+}
+
+fn describe_db_error(op: &str, e: &tokio_postgres::Error) -> String {
+    let Some(db) = e.as_db_error() else {
+        return format!("{op}: {e}");
+    };
+    let code = db.code().code();
+    // Connection, resource, operator-intervention (statement timeout,
+    // shutdown) and read-only-standby errors are the database being away;
+    // anything else is a statement it refused, which is a bug worth a log.
+    let transient = ["08", "53", "57", "40"].iter().any(|c| code.starts_with(c))
+        || *db.code() == SqlState::READ_ONLY_SQL_TRANSACTION;
+    let conflict = *db.code() == SqlState::UNIQUE_VIOLATION;
+    if !transient && !conflict {
+        tracing::error!(op, code, message = db.message(), constraint = ?db.constraint(), "database refused a statement");
+    }
+    match db.constraint() {
+        Some(c) => format!("{op}: {} ({code}, {c})", db.message()),
+        None => format!("{op}: {} ({code})", db.message()),
+    }
+}
+
+/// A prepared (and per-connection cached) statement's rows.
+pub(super) async fn query(
+    db: &Db<'_>,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<Row>, TxError> {
+    let stmt = db.prepare_cached(sql).await?;
+    Ok(db.query(&stmt, params).await?)
+}
+
+pub(super) async fn query_opt(
+    db: &Db<'_>,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Option<Row>, TxError> {
+    let stmt = db.prepare_cached(sql).await?;
+    Ok(db.query_opt(&stmt, params).await?)
+}
+
+pub(super) async fn query_one(
+    db: &Db<'_>,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Row, TxError> {
+    let stmt = db.prepare_cached(sql).await?;
+    Ok(db.query_one(&stmt, params).await?)
+}
+
+/// Rows affected.
+pub(super) async fn execute(
+    db: &Db<'_>,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<u64, TxError> {
+    let stmt = db.prepare_cached(sql).await?;
+    Ok(db.execute(&stmt, params).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pauses_grow_and_stay_jittered() {
+        for attempt in 1..MAX_ATTEMPTS {
+            let base = FIRST_PAUSE * 2u32.pow(attempt - 1);
+            let p = pause(attempt);
+            assert!(p >= base / 2 && p <= base * 3 / 2, "{attempt}: {p:?}");
+        }
+    }
+
+    #[test]
+    fn refusals_pass_through_and_the_rest_is_unavailable() {
+        let stale = StoreError::SegmentNotFound("s".into());
+        assert_eq!(to_store_error("op", TxError::Store(stale.clone())), stale);
+        let timed_out = to_store_error("get_node", TxError::TimedOut);
+        assert!(
+            matches!(&timed_out, StoreError::Unavailable(m) if m.starts_with("get_node")),
+            "{timed_out:?}"
+        );
+        assert_eq!(outcome(&Ok::<(), StoreError>(())), Outcome::Ok);
+        assert_eq!(outcome::<()>(&Err(timed_out)), Outcome::Unavailable);
+    }
+}

@@ -1,0 +1,191 @@
+//! A fresh, migrated Postgres database per test, on the local server CI
+//! provisions (`.ci/run`): `postgres://postgres@127.0.0.1:5432/postgres`,
+//! or the server `SLIM_CP_TEST_PG` names. An unreachable server fails the
+//! test loudly; nothing is ever skipped.
+//!
+//! Databases are named `slimcp_t_<uuid>` and carry their creation time as
+//! a comment. A [`PgTestDb`] drops its database when the test passes and
+//! keeps it for inspection when it fails; each process also drops, once,
+//! test databases older than an hour (failed or crashed runs, and those of
+//! [`fresh_pg_store`], which has no guard).
+
+use std::ops::Deref;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use slim_cp::store::PgStore;
+use slim_cp::store::postgres::url::redact_url;
+use tokio_postgres::{Client, NoTls};
+
+const DEFAULT_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+/// Test databases older than this are dropped.
+const MAX_AGE_SECS: i64 = 3600;
+
+static CLEANED: AtomicBool = AtomicBool::new(false);
+
+/// The maintenance database's URL.
+pub fn admin_url() -> String {
+    std::env::var("SLIM_CP_TEST_PG").unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_string())
+}
+
+/// The URL of database `db` on the test server: the admin URL with its
+/// database name replaced (query parameters kept).
+pub fn pg_url_for(db: &str) -> String {
+    with_database(&admin_url(), db)
+}
+
+/// `url` with its database name replaced by `db`.
+pub fn with_database(url: &str, db: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let after_scheme = base.find("://").map_or(0, |i| i + 3);
+    let host_end = base[after_scheme..]
+        .find('/')
+        .map_or(base.len(), |i| after_scheme + i);
+    let mut out = format!("{}/{db}", &base[..host_end]);
+    if let Some(q) = query {
+        out = format!("{out}?{q}");
+    }
+    out
+}
+
+/// Creates `slimcp_t_<uuid>`, migrates it, and returns a store on it.
+pub async fn fresh_pg_store() -> Arc<PgStore> {
+    let db = fresh_pg_database().await;
+    let url = pg_url_for(&db);
+    let store = PgStore::connect(&url, 4)
+        .await
+        .unwrap_or_else(|e| panic!("connecting to test database {db}: {e}"));
+    Arc::new(store)
+}
+
+/// A store on a fresh database that goes with it.
+pub struct PgTestDb {
+    store: Arc<PgStore>,
+    name: String,
+}
+
+impl PgTestDb {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn store(&self) -> Arc<PgStore> {
+        self.store.clone()
+    }
+}
+
+impl Deref for PgTestDb {
+    type Target = PgStore;
+
+    fn deref(&self) -> &PgStore {
+        &self.store
+    }
+}
+
+impl Drop for PgTestDb {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("test database {} kept for inspection", self.name);
+            return;
+        }
+        // Drop runs inside the test's runtime, which cannot block on a
+        // future: a thread with a runtime of its own does the dropping.
+        let name = self.name.clone();
+        let dropped = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async {
+                let admin = admin_client().await;
+                let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+                admin.batch_execute(&sql).await.ok()
+            })
+        });
+        // Best effort: the hourly sweep catches what this misses.
+        let _ = dropped.join();
+    }
+}
+
+/// Like [`fresh_pg_store`], but the database is dropped with the guard.
+pub async fn fresh_pg_db() -> PgTestDb {
+    let name = fresh_pg_database().await;
+    let store = PgStore::connect(&pg_url_for(&name), 4)
+        .await
+        .unwrap_or_else(|e| panic!("connecting to test database {name}: {e}"));
+    PgTestDb {
+        store: Arc::new(store),
+        name,
+    }
+}
+
+/// Creates and migrates a fresh database; returns its name.
+pub async fn fresh_pg_database() -> String {
+    let admin = admin_client().await;
+    if !CLEANED.swap(true, Ordering::SeqCst) {
+        drop_old_databases(&admin).await;
+    }
+    let db = format!("slimcp_t_{}", uuid::Uuid::new_v4().simple());
+    let now = slim_cp::clock::unix_now();
+    // Two statements: CREATE DATABASE refuses to run inside the implicit
+    // transaction of a multi-statement batch.
+    for sql in [
+        format!("CREATE DATABASE {db}"),
+        format!("COMMENT ON DATABASE {db} IS 'slim-cp test, created {now}'"),
+    ] {
+        admin
+            .batch_execute(&sql)
+            .await
+            .unwrap_or_else(|e| panic!("creating test database {db}: {}", detail(&e)));
+    }
+    PgStore::migrate(&pg_url_for(&db))
+        .await
+        .unwrap_or_else(|e| panic!("migrating test database {db}: {e}"));
+    db
+}
+
+async fn admin_client() -> Client {
+    let url = admin_url();
+    let (client, connection) = tokio_postgres::connect(&url, NoTls)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "the store tests need PostgreSQL at {} (set SLIM_CP_TEST_PG to use another; \
+             .ci/run starts a local one): {}",
+                redact_url(&url),
+                detail(&e)
+            )
+        });
+    tokio::spawn(connection);
+    client
+}
+
+/// tokio-postgres displays a server error as just "db error".
+fn detail(e: &tokio_postgres::Error) -> String {
+    e.as_db_error()
+        .map_or_else(|| e.to_string(), |db| db.message().to_string())
+}
+
+/// Best effort: a database another process is using, or already dropped,
+/// is simply left alone.
+async fn drop_old_databases(admin: &Client) {
+    let old = admin
+        .query(
+            "SELECT datname FROM pg_database \
+             WHERE datname LIKE 'slimcp\\_t\\_%' \
+               AND coalesce(substring(shobj_description(oid, 'pg_database') \
+                   FROM 'created ([0-9]+)')::bigint, 0) < $1",
+            &[&(slim_cp::clock::unix_now() - MAX_AGE_SECS)],
+        )
+        .await
+        .unwrap_or_default();
+    for row in old {
+        let name: String = row.get(0);
+        let _ = admin
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .await;
+    }
+}
