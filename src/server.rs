@@ -6,8 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Server, ServerTlsConfig};
 use tracing::info;
@@ -77,6 +79,7 @@ pub struct Running {
     /// The reconcile queue (its counters are the reconcilers' metrics).
     pub queue: Arc<WorkQueue>,
     cancel: CancellationToken,
+    acceptors: Vec<JoinHandle<()>>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -85,6 +88,10 @@ impl Running {
     /// nodes reconnect to another replica), then waits for the tasks.
     pub async fn shutdown(self) {
         self.cancel.cancel();
+        // Listening stops before any stream closes (see `incoming`).
+        for a in self.acceptors {
+            let _ = a.await;
+        }
         self.transport.registry().close_all();
         for t in self.tasks {
             let _ = t.await;
@@ -106,6 +113,17 @@ pub async fn start(opts: Options, store: Arc<dyn Store>) -> std::io::Result<Runn
     if opts.topology.is_api_mode() {
         ensure_default_segment(store.as_ref()).await?;
     }
+    // Streams of this replica's previous life are gone with it.
+    let ended = store
+        .end_earlier_incarnations(&opts.replica)
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    if !ended.is_empty() {
+        info!(
+            sessions = ended.len(),
+            "ended the sessions of this replica's previous run"
+        );
+    }
     let southbound = Southbound::new(southbound::Ctx {
         store: store.clone(),
         registry: registry.clone(),
@@ -126,15 +144,16 @@ pub async fn start(opts: Options, store: Arc<dyn Store>) -> std::io::Result<Runn
     let northbound_addr = nb_listener.local_addr()?;
     info!(%southbound_addr, %northbound_addr, "listening");
     let shutdown = || cancel.clone().cancelled_owned();
+    let mut acceptors = Vec::new();
     let sb_serve = tls::apply(Server::builder(), opts.southbound_tls.clone())?
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .tcp_keepalive(Some(KEEPALIVE_INTERVAL))
         .add_service(southbound.into_server())
-        .serve_with_incoming_shutdown(TcpListenerStream::new(sb_listener), shutdown());
+        .serve_with_incoming_shutdown(incoming(sb_listener, &cancel, &mut acceptors), shutdown());
     let nb_serve = tls::apply(Server::builder(), opts.northbound_tls.clone())?
         .add_service(northbound.into_server())
-        .serve_with_incoming_shutdown(TcpListenerStream::new(nb_listener), shutdown());
+        .serve_with_incoming_shutdown(incoming(nb_listener, &cancel, &mut acceptors), shutdown());
     let queue = Arc::new(WorkQueue::new(QueueConfig::from(&opts.reconciler)));
     let (leader, mut workers) = leader_work(&opts, &store, &transport, &inbox, &queue, &cancel);
     let mut tasks = vec![
@@ -151,6 +170,7 @@ pub async fn start(opts: Options, store: Arc<dyn Store>) -> std::io::Result<Runn
         inbox,
         queue,
         cancel,
+        acceptors,
         tasks,
     })
 }
@@ -188,6 +208,33 @@ fn leader_work(
         opts.reconciler.reconcile_period,
     );
     (leader, workers)
+}
+
+/// Accepted connections, until `cancel`: then the listening socket closes
+/// at once, before any stream is closed, so a node's single reconnect
+/// attempt is refused here and goes (through the load balancer) to a
+/// replica that is up, instead of landing on one that is going away.
+fn incoming(
+    listener: TcpListener,
+    cancel: &CancellationToken,
+    acceptors: &mut Vec<JoinHandle<()>>,
+) -> ReceiverStream<std::io::Result<TcpStream>> {
+    let (tx, rx) = mpsc::channel(64);
+    let cancel = cancel.clone();
+    let acceptor = tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                () = cancel.cancelled() => break,
+                accepted = listener.accept() => accepted.map(|(stream, _)| stream),
+            };
+            if tx.send(accepted).await.is_err() {
+                break;
+            }
+        }
+        drop(listener);
+    });
+    acceptors.push(acceptor);
+    ReceiverStream::new(rx)
 }
 
 async fn log_failure(

@@ -9,7 +9,7 @@ use tracing::warn;
 
 use crate::clock::unix_now;
 use crate::config::TopologyConfig;
-use crate::routing::{links, routes, topology};
+use crate::routing::{links, routes, templates, topology};
 use crate::store::model::Route;
 use crate::store::{ChangeSet, Store, StoreError};
 
@@ -34,7 +34,6 @@ pub async fn derive(store: &dyn Store, mode: &TopologyConfig) -> Result<Derivati
         _ => Vec::new(),
     };
     let now = unix_now();
-    let members = links::members(&nodes);
     let groups = links::active_groups(&nodes, now);
     let graphs = topology::resolve(mode, &segments, &groups);
     let plan = links::plan(&nodes, &stored_links, &graphs, now, &mut || {
@@ -47,11 +46,16 @@ pub async fn derive(store: &dyn Store, mode: &TopologyConfig) -> Result<Derivati
         );
     }
     log_links(&plan);
-    let desired = routes::expand(&nodes, &members, &plan.live, &templates, &graphs, now);
+    let (holding, _) = links::holding(&nodes, now);
+    let announced = templates::plan(&nodes, &templates, &holding, now);
+    drop_templates(store, &announced).await?;
+    let desired = routes::expand(&nodes, &groups, &plan.live, &announced.live, &graphs, now);
+    let recheck = [plan.recheck_in, announced.recheck_in]
+        .into_iter()
+        .flatten()
+        .min();
     let mut out = Derivation {
-        recheck_in: plan
-            .recheck_in
-            .map(|s| std::time::Duration::from_secs(u64::try_from(s).unwrap_or(1))),
+        recheck_in: recheck.map(|s| std::time::Duration::from_secs(u64::try_from(s).unwrap_or(1))),
         ..Derivation::default()
     };
     let changes = change_set(plan, desired, &stored_routes, &mut out.affected);
@@ -64,6 +68,19 @@ pub async fn derive(store: &dyn Store, mode: &TopologyConfig) -> Result<Derivati
         store.apply(changes).await?;
     }
     Ok(out)
+}
+
+async fn drop_templates(
+    store: &dyn Store,
+    plan: &templates::TemplatePlan,
+) -> Result<(), StoreError> {
+    for node in &plan.drop_all {
+        store.drop_templates_before(node, u64::MAX).await?;
+    }
+    for (node, generation) in &plan.drop_older {
+        store.drop_templates_before(node, *generation).await?;
+    }
+    Ok(())
 }
 
 /// One line per link change, for operators following a failover.

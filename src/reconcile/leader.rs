@@ -169,17 +169,16 @@ impl Leader {
     async fn apply(&self, node: &str, t: Transition) -> Result<bool, StoreError> {
         debug!(node, ?t, "lifecycle transition");
         match t {
-            Transition::Arrived { generation } => {
-                // Announcements of older sessions go; the node replays its
-                // current ones after registering.
-                self.store.drop_templates_before(node, generation).await?;
-                Ok(false)
-            }
+            // Announcements of a crashed or returning node are judged by the
+            // derivation, after the departure grace (see routing::templates).
+            Transition::Arrived { .. } => Ok(false),
             Transition::Departed { generation, kind } => {
+                if kind != DepartureKind::Deregistered {
+                    return Ok(false);
+                }
                 let upto = generation.saturating_add(1);
                 self.store.drop_templates_before(node, upto).await?;
-                let forgotten = kind == DepartureKind::Deregistered
-                    && self.store.forget_node(node, generation).await?;
+                let forgotten = self.store.forget_node(node, generation).await?;
                 if forgotten {
                     info!(node, "deregistered node forgotten");
                 }

@@ -5,6 +5,7 @@ pub mod gateway;
 pub mod linkconfig;
 pub mod links;
 pub mod routes;
+pub mod templates;
 pub mod topology;
 
 #[cfg(test)]

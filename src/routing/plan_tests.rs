@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use super::links::{members, plan};
+use super::links::{active_groups, plan};
 use super::routes::expand;
 use super::topology::{SegmentGraph, resolve};
 use crate::config::{AdjacencyEntry, SegmentConfig, TopologyConfig};
@@ -270,7 +270,7 @@ fn chain_routes_go_up_to_the_first_announcer_and_down_to_later_ones() {
     let live = converge(&mut nodes, &mode);
     assert_eq!(live.len(), 3);
     let graphs = mk_graphs(&mode, &nodes);
-    let m = members(&nodes);
+    let m = active_groups(&nodes, 0);
     let first = expand(&nodes, &m, &live, &[mk_template("a/n1", 1)], &graphs, 0);
     let hops: BTreeSet<String> = first.values().map(|r| r.source_node.clone()).collect();
     assert_eq!(
@@ -296,7 +296,7 @@ fn routes_wait_for_an_applied_link() {
     let p = plan(&nodes, &[], &graphs, 0, &mut ids());
     let routes = expand(
         &nodes,
-        &members(&nodes),
+        &active_groups(&nodes, 0),
         &p.live,
         &[mk_template("a/n1", 1)],
         &graphs,
@@ -324,7 +324,7 @@ fn group_segments_keep_customers_apart() {
     let graphs = mk_graphs(&mode, &nodes);
     let routes = expand(
         &nodes,
-        &members(&nodes),
+        &active_groups(&nodes, 0),
         &live,
         &[mk_template("ca/n1", 1)],
         &graphs,

@@ -10,7 +10,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
-use super::links::Members;
 use super::topology::SegmentGraph;
 use crate::store::model::{Link, LinkStatus, Name, NodeRecord, Route, RouteStatus, Template, edge};
 
@@ -107,10 +106,12 @@ impl Expansion<'_> {
     }
 }
 
-/// Every route the announcements call for, by id.
+/// Every route the announcements call for, by id. `active_groups` are the
+/// groups whose nodes hold links (see [`super::links::active_groups`]): a
+/// group whose nodes are only reconnecting keeps its routes.
 pub fn expand(
     nodes: &[NodeRecord],
-    members: &Members<'_>,
+    active_groups: &BTreeSet<String>,
     links: &[Link],
     templates: &[Template],
     graphs: &[SegmentGraph],
@@ -120,7 +121,7 @@ pub fn expand(
         .iter()
         .filter_map(|n| Some((n.id.as_str(), n.group.as_deref()?)))
         .collect();
-    let active: BTreeSet<&str> = members.keys().map(String::as_str).collect();
+    let active: BTreeSet<&str> = active_groups.iter().map(String::as_str).collect();
     let mut by_name: BTreeMap<&Name, Vec<&Template>> = BTreeMap::new();
     for t in templates {
         by_name.entry(&t.name).or_default().push(t);

@@ -295,7 +295,10 @@ async fn handle(
         return None;
     }
     match payload {
-        Payload::ConfigCommand(cmd) => answer_command(p, s, &msg.message_id, &cmd).await,
+        Payload::ConfigCommand(cmd) => {
+            tracing::debug!(node = %p.shared.key, ?cmd, "sim: command");
+            answer_command(p, s, &msg.message_id, &cmd).await
+        }
         Payload::RouteListRequest(_) => {
             let entries = p.with_tables(|t| t.route_entries()).unwrap_or_default();
             for (chunk, done) in chunk_list(&entries, LIST_CHUNK) {

@@ -38,7 +38,8 @@ macro_rules! store_conformance_tests {
             links_touching_include_claimed_and_tombstones,
             link_answers_follow_the_status_rules,
             route_marks_need_the_route,
-            one_live_link_per_group_pair
+            one_live_link_per_group_pair,
+            a_restarted_replica_ends_its_earlier_sessions
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -623,5 +624,65 @@ pub async fn one_live_link_per_group_pair(store: &dyn Store) {
     assert!(
         store.put_link(mk_link("l-3", "a/n2", true)).await.is_ok(),
         "tombstones do not count"
+    );
+}
+
+pub async fn a_restarted_replica_ends_its_earlier_sessions(store: &dyn Store) {
+    let old = owner();
+    let other = ReplicaRef {
+        id: "replica-b".into(),
+        incarnation: 1,
+    };
+    let mine = store
+        .begin_session(mk_registration("a/n1"), old.clone())
+        .await
+        .unwrap()
+        .session;
+    store
+        .begin_session(mk_registration("a/n2"), old.clone())
+        .await
+        .unwrap();
+    store
+        .begin_session(mk_registration("b/n1"), other)
+        .await
+        .unwrap();
+    let next = ReplicaRef {
+        id: old.id.clone(),
+        incarnation: old.incarnation + 1,
+    };
+    let fresh = store
+        .begin_session(mk_registration("c/n1"), next.clone())
+        .await
+        .unwrap();
+    let ended = store.end_earlier_incarnations(&next).await.unwrap();
+    assert_eq!(ended, ["a/n1", "a/n2"]);
+    let rec = store.get_node("a/n1").await.unwrap().unwrap();
+    assert!(!rec.is_connected());
+    let dep = rec.departure.expect("departure");
+    assert_eq!(
+        (dep.generation, dep.kind),
+        (mine.generation, DepartureKind::Crash)
+    );
+    assert!(
+        store
+            .get_node("b/n1")
+            .await
+            .unwrap()
+            .unwrap()
+            .is_connected(),
+        "another replica's"
+    );
+    let c = store.get_node("c/n1").await.unwrap().unwrap();
+    assert_eq!(
+        c.session.map(|s| s.id),
+        Some(fresh.session.id),
+        "its own current sessions stay"
+    );
+    assert!(
+        store
+            .end_earlier_incarnations(&next)
+            .await
+            .unwrap()
+            .is_empty()
     );
 }

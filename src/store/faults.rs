@@ -92,4 +92,5 @@ delegate! {
     fn routes_sourced(&self, node: &str) -> Vec<Route>;
     fn mark_link_sent(&self, link_id: &str, source: &str, ok: bool, message: &str) -> bool;
     fn mark_route(&self, id: &str, status: RouteStatus, message: &str) -> bool;
+    fn end_earlier_incarnations(&self, replica: &ReplicaRef) -> Vec<String>;
 }

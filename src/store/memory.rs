@@ -405,6 +405,29 @@ impl Store for MemoryStore {
         }
         Ok(true)
     }
+
+    async fn end_earlier_incarnations(
+        &self,
+        replica: &ReplicaRef,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut st = self.lock();
+        let mut ended = Vec::new();
+        for rec in st.nodes.values_mut() {
+            let stale = rec.session.as_ref().is_some_and(|s| {
+                s.owner.id == replica.id && s.owner.incarnation < replica.incarnation
+            });
+            if let Some(s) = rec.session.take_if(|_| stale) {
+                rec.departure = Some(Departure {
+                    generation: s.generation,
+                    kind: DepartureKind::Crash,
+                });
+                rec.received_links.clear();
+                rec.updated_at = unix_now();
+                ended.push(rec.id.clone());
+            }
+        }
+        Ok(ended)
+    }
 }
 
 /// At most one live link per unordered group pair.

@@ -240,4 +240,13 @@ pub trait Store: Send + Sync + 'static {
         status: model::RouteStatus,
         message: &str,
     ) -> Result<bool, StoreError>;
+
+    /// Ends, as crashes, the sessions owned by an earlier incarnation of
+    /// `replica` (same id, lower incarnation): a restarted replica owns no
+    /// stream of its previous life. Returns the nodes whose session ended,
+    /// ordered by id.
+    async fn end_earlier_incarnations(
+        &self,
+        replica: &ReplicaRef,
+    ) -> Result<Vec<String>, StoreError>;
 }

@@ -6,6 +6,7 @@
 
 pub mod backend;
 pub mod pg;
+pub mod proxy;
 pub mod reach;
 pub mod scenario;
 

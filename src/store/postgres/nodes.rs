@@ -96,6 +96,31 @@ pub(super) async fn end_session(
     Ok(n > 0)
 }
 
+/// Ends, as crashes, the sessions of `owner`'s earlier incarnations.
+pub(super) async fn end_earlier_incarnations(
+    db: &Db<'_>,
+    owner: &str,
+    incarnation: i64,
+) -> Result<Vec<String>, TxError> {
+    let rows = query(
+        db,
+        "UPDATE nodes SET departure_generation = session_generation, departure_kind = 'crash', \
+           session_id = NULL, session_generation = NULL, session_owner = NULL, \
+           session_incarnation = NULL, session_state = NULL, received_links = '[]', \
+           updated_at = now() \
+         WHERE session_owner = $1 AND session_incarnation < $2 \
+         RETURNING id",
+        &[&owner, &incarnation],
+    )
+    .await?;
+    let mut ids = rows
+        .iter()
+        .map(|r| r.try_get::<_, String>("id"))
+        .collect::<Result<Vec<_>, _>>()?;
+    ids.sort();
+    Ok(ids)
+}
+
 /// Locks the node's row if `session` is current; returns its generation.
 pub(super) async fn lock_current(db: &Db<'_>, node: &str, session: Uuid) -> Result<u64, TxError> {
     let row = query_opt(

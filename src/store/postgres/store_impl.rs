@@ -308,4 +308,17 @@ impl Store for PgStore {
             })
             .await
     }
+
+    async fn end_earlier_incarnations(
+        &self,
+        replica: &ReplicaRef,
+    ) -> Result<Vec<String>, StoreError> {
+        let incarnation = i64::try_from(replica.incarnation).unwrap_or(i64::MAX);
+        let args = (replica.id.as_str(), incarnation);
+        self.tx
+            .run(write("end_earlier_incarnations"), args, |db, (o, i)| {
+                Box::pin(nodes::end_earlier_incarnations(db, o, *i))
+            })
+            .await
+    }
 }

@@ -1,0 +1,137 @@
+//! Which announcements count, and which can go.
+//!
+//! A node that vanished keeps its announcements through the departure
+//! grace (it may only be re-opening its control stream, and replays them
+//! when it registers again). After the grace, a departed node's
+//! announcements go; a returned node's announcements of an earlier session
+//! that it did not replay go once it has been quiet for the grace.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::links::DEPARTURE_GRACE_SECS;
+use crate::store::model::{NodeRecord, Template};
+
+/// What the announcements come to.
+#[derive(Debug, Default, PartialEq)]
+pub struct TemplatePlan {
+    /// Announcements routes are expanded for.
+    pub live: Vec<Template>,
+    /// Nodes whose every announcement goes.
+    pub drop_all: Vec<String>,
+    /// `(node, generation)`: announcements of earlier generations go.
+    pub drop_older: Vec<(String, u64)>,
+    /// Look again after this many seconds.
+    pub recheck_in: Option<i64>,
+}
+
+/// Plans the announcements given the nodes that hold links (see
+/// [`super::links::holding`]).
+pub fn plan(
+    nodes: &[NodeRecord],
+    templates: &[Template],
+    holding: &BTreeSet<&str>,
+    now: i64,
+) -> TemplatePlan {
+    let by_id: BTreeMap<&str, &NodeRecord> = nodes.iter().map(|n| (n.id.as_str(), n)).collect();
+    let announcers: BTreeSet<&str> = templates.iter().map(|t| t.node.as_str()).collect();
+    let mut out = TemplatePlan::default();
+    let mut older_dropped = BTreeMap::new();
+    for id in announcers {
+        let node = by_id.get(id).filter(|_| holding.contains(id));
+        let Some(node) = node else {
+            out.drop_all.push(id.to_string());
+            continue;
+        };
+        let stale = templates
+            .iter()
+            .any(|t| t.node == id && t.generation < node.generation);
+        if !stale || node.ready_session().is_none() {
+            continue;
+        }
+        let quiet_for = now - node.updated_at;
+        if quiet_for >= DEPARTURE_GRACE_SECS {
+            out.drop_older.push((id.to_string(), node.generation));
+            older_dropped.insert(id, node.generation);
+        } else {
+            let left = DEPARTURE_GRACE_SECS - quiet_for;
+            out.recheck_in = Some(out.recheck_in.map_or(left, |r| r.min(left)));
+        }
+    }
+    out.live = templates
+        .iter()
+        .filter(|t| holding.contains(t.node.as_str()))
+        .filter(|t| {
+            older_dropped
+                .get(t.node.as_str())
+                .is_none_or(|g| t.generation >= *g)
+        })
+        .cloned()
+        .collect();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::model::{Name, ReplicaRef, Session, SessionState};
+
+    fn mk_node(id: &str, generation: u64, updated_at: i64) -> NodeRecord {
+        NodeRecord {
+            id: id.into(),
+            group: Some("g".into()),
+            connection_details: vec![],
+            reported_connections: vec![],
+            reported_routes: vec![],
+            received_links: vec![],
+            session: Some(Session {
+                id: uuid::Uuid::nil(),
+                generation,
+                owner: ReplicaRef {
+                    id: "r".into(),
+                    incarnation: 1,
+                },
+                state: SessionState::Ready,
+            }),
+            generation,
+            departure: None,
+            updated_at,
+        }
+    }
+
+    fn mk_template(node: &str, last: &str, generation: u64) -> Template {
+        let name = Name {
+            components: ["o".into(), "n".into(), last.into()],
+            id: None,
+        };
+        Template {
+            name,
+            node: node.into(),
+            generation,
+            seq: 1,
+            updated_at: 0,
+        }
+    }
+
+    #[test]
+    fn announcements_of_departed_nodes_go() {
+        let templates = [mk_template("g/gone", "x", 1), mk_template("g/n", "y", 1)];
+        let nodes = [mk_node("g/n", 1, 0)];
+        let p = plan(&nodes, &templates, &BTreeSet::from(["g/n"]), 100);
+        assert_eq!(p.drop_all, ["g/gone"]);
+        assert_eq!(p.live, [templates[1].clone()]);
+    }
+
+    #[test]
+    fn unreplayed_announcements_go_once_the_node_is_quiet() {
+        let templates = [mk_template("g/n", "old", 1), mk_template("g/n", "new", 2)];
+        let nodes = [mk_node("g/n", 2, 100)];
+        let holding = BTreeSet::from(["g/n"]);
+        let early = plan(&nodes, &templates, &holding, 101);
+        assert!(early.drop_older.is_empty(), "it may still replay");
+        assert_eq!(early.live.len(), 2);
+        assert_eq!(early.recheck_in, Some(DEPARTURE_GRACE_SECS - 1));
+        let later = plan(&nodes, &templates, &holding, 100 + DEPARTURE_GRACE_SECS);
+        assert_eq!(later.drop_older, [("g/n".to_string(), 2)]);
+        assert_eq!(later.live, [templates[1].clone()]);
+    }
+}
