@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 use slim_cp::config::{Config, DatabaseConfig};
 use slim_cp::server::{self, Options};
 use slim_cp::store::postgres::PgStore;
+use slim_cp::store::postgres::guard::{ReplicaGuard, single_replica};
 use slim_cp::store::{MemoryStore, Store};
 use tracing::{info, warn};
 
@@ -73,10 +74,18 @@ fn hostname() -> String {
 
 /// The configured store; with Postgres, migrated (unless `no_migrate`)
 /// and checked against the schema this binary knows.
-async fn store(config: &Config, no_migrate: bool) -> Result<Arc<dyn Store>> {
+async fn store(
+    config: &Config,
+    no_migrate: bool,
+) -> Result<(Arc<dyn Store>, Option<ReplicaGuard>)> {
     match &config.database {
-        DatabaseConfig::Memory => Ok(Arc::new(MemoryStore::new())),
-        DatabaseConfig::Postgres { url, pool_size, .. } => {
+        DatabaseConfig::Memory => Ok((Arc::new(MemoryStore::new()), None)),
+        DatabaseConfig::Postgres {
+            url,
+            direct_url,
+            pool_size,
+        } => {
+            let guard = single_replica(direct_url.as_deref().unwrap_or(url)).await?;
             if !no_migrate {
                 PgStore::migrate(url).await.context("applying migrations")?;
             }
@@ -86,7 +95,7 @@ async fn store(config: &Config, no_migrate: bool) -> Result<Arc<dyn Store>> {
             let store = PgStore::connect(url, *pool_size)
                 .await
                 .context("connecting to Postgres")?;
-            Ok(Arc::new(store))
+            Ok((Arc::new(store), Some(guard)))
         }
     }
 }
@@ -125,7 +134,7 @@ async fn serve(path: Option<PathBuf>, no_migrate: bool) -> Result<()> {
             "configuration key accepted for compatibility but has no effect"
         );
     }
-    let store = store(&config, no_migrate).await?;
+    let (store, _guard) = store(&config, no_migrate).await?;
     let running = server::start(options(&config)?, store)
         .await
         .context("starting the replica")?;

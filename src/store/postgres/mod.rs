@@ -15,6 +15,7 @@
 //! through [`PgStore::with_fence`].
 
 mod changes;
+pub mod guard;
 mod links;
 mod metrics;
 mod migrate;
@@ -56,6 +57,11 @@ pub enum SetupError {
     SchemaDirty(i64),
     #[error("migration {0} in the database differs from this slim-cp's copy")]
     SchemaModified(i64),
+    #[error(
+        "another slim-cp replica is running against this database; until replicas elect a \
+         leader, run one replica per database"
+    )]
+    Busy,
 }
 
 /// The Postgres store. Clones share the pool and the metrics.
