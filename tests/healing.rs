@@ -134,11 +134,14 @@ async fn last_node_of_a_group_takes_its_links() {
             .iter()
             .all(|l| l.source_group != "b" && l.dest_group != "b")
     );
-    let held: usize = ["a/n0", "c/n0"]
-        .iter()
-        .map(|n| fleet.node(n).unwrap().connections().len())
-        .sum();
-    assert_eq!(held, 2, "only the a-c link, at both ends");
+    wait_for("only the a-c link held, at both ends", || async {
+        let held: usize = ["a/n0", "c/n0"]
+            .iter()
+            .map(|n| fleet.node(n).unwrap().connections().len())
+            .sum();
+        if held == 2 { Ok(()) } else { Err(format!("{held} connections held")) }
+    })
+    .await;
     wait_for("b forgotten", || async {
         match cp.store.get_node("b/n0").await.map_err(|e| e.to_string())? {
             None => Ok(()),

@@ -96,3 +96,25 @@ async fn a_departure_during_an_outage_is_recorded_after_it() {
     .await;
     assert!(fleet.node("a/n0").unwrap().connections().is_empty());
 }
+
+/// Scenario: a node registers while the store is down; it is answered in
+/// time (a node that meets an error or waits 10 s gives up for good), and
+/// once the store is back its session is recorded and its link made.
+#[tokio::test]
+async fn a_registration_during_an_outage_is_answered_and_recorded_after_it() {
+    let (cp, store) = mk_faulty_cp().await;
+    let mut fleet = mk_fleet(&cp, &["a"], 1).await;
+    store.set_down(true);
+    let late = common::scenario::spawn_node(&mut fleet, "b", "n0").await;
+    assert_eq!(late, 1, "registered once, not lost");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        cp.store.list_nodes().await.is_err(),
+        "the store is still down"
+    );
+    store.set_down(false);
+    wait_links(&cp, &fleet, 1).await;
+    let rec = cp.store.get_node("b/n0").await.unwrap().unwrap();
+    assert!(rec.ready_session().is_some());
+    assert_eq!(fleet.lost_count(), 0);
+}

@@ -23,8 +23,15 @@ pub struct Derivation {
     pub recheck_in: Option<std::time::Duration>,
 }
 
-/// Derives and writes the desired links and routes.
-pub async fn derive(store: &dyn Store, mode: &TopologyConfig) -> Result<Derivation, StoreError> {
+/// Derives and writes the desired links and routes. `arrived` are nodes
+/// that registered since the last derivation: the sources of links towards
+/// them are reconciled too, so a connection that died with the node's
+/// previous life is dialled again.
+pub async fn derive(
+    store: &dyn Store,
+    mode: &TopologyConfig,
+    arrived: &BTreeSet<String>,
+) -> Result<Derivation, StoreError> {
     let nodes = store.list_nodes().await?;
     let templates = store.list_templates().await?;
     let stored_links = store.list_links().await?;
@@ -58,6 +65,13 @@ pub async fn derive(store: &dyn Store, mode: &TopologyConfig) -> Result<Derivati
         recheck_in: recheck.map(|s| std::time::Duration::from_secs(u64::try_from(s).unwrap_or(1))),
         ..Derivation::default()
     };
+    for l in plan
+        .live
+        .iter()
+        .filter(|l| l.dest_node.as_ref().is_some_and(|d| arrived.contains(d)))
+    {
+        out.affected.insert(l.source_node.clone());
+    }
     let changes = change_set(plan, desired, &stored_routes, &mut out.affected);
     out.changes = changes.put_links.len()
         + changes.delete_links.len()

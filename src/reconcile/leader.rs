@@ -106,7 +106,7 @@ impl Leader {
                 Err(e) => self.retry_later(&node, &e),
             }
         }
-        match derive(self.store.as_ref(), &self.topology).await {
+        match derive(self.store.as_ref(), &self.topology, &arrived).await {
             Ok(d) => {
                 debug!(changes = d.changes, affected = d.affected.len(), "derived");
                 for n in d.affected.iter().chain(&arrived) {

@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use super::Ctx;
 use crate::store::StoreError;
-use crate::store::model::{DepartureKind, Name};
+use crate::store::model::{DepartureKind, Name, Registration};
 use crate::transport::NodeStream;
 
 /// Facts queued per session before the stream is closed.
@@ -29,6 +29,8 @@ const MAX_PAUSE: Duration = Duration::from_secs(2);
 /// One fact from a node's session.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Fact {
+    /// The registration, answered before the store could record it.
+    Begun(Box<Registration>),
     /// The registration reply is on the wire: the session is ready.
     Ready,
     Announced {
@@ -75,7 +77,17 @@ async fn write_all(ctx: Arc<Ctx>, stream: Arc<NodeStream>, mut rx: mpsc::Receive
         let last = matches!(fact, Fact::Ended(_));
         match record(&ctx, &stream, &fact).await {
             Ok(()) => ctx.signals.node_changed(stream.node()),
-            Err(e) => {
+            Err(None) => {
+                // Answered before it was recorded, closed before the store
+                // came back: the session never existed for the store, so
+                // nothing of it is recorded (its node registers again).
+                debug!(
+                    node = stream.node(),
+                    "unrecorded session closed; its facts dropped"
+                );
+                return;
+            }
+            Err(Some(e)) => {
                 // Only a replaced session stops the writer: its facts are
                 // no longer the node's. The stream goes with it.
                 info!(node = stream.node(), error = %e, "fact refused; closing the stream");
@@ -90,16 +102,20 @@ async fn write_all(ctx: Arc<Ctx>, stream: Arc<NodeStream>, mut rx: mpsc::Receive
 }
 
 /// Records one fact, retrying for as long as the store is unreachable.
-async fn record(ctx: &Ctx, stream: &NodeStream, fact: &Fact) -> Result<(), StoreError> {
+/// `Err(None)`: an unrecorded session's stream closed meanwhile.
+async fn record(ctx: &Ctx, stream: &NodeStream, fact: &Fact) -> Result<(), Option<StoreError>> {
     let mut pause = Duration::from_millis(50);
     loop {
+        if matches!(fact, Fact::Begun(_)) && stream.is_closed() {
+            return Err(None);
+        }
         match record_once(ctx, stream.node(), stream.session(), fact).await {
             Err(StoreError::Unavailable(why)) => {
                 debug!(node = stream.node(), %why, ?pause, "store unavailable; fact kept");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(MAX_PAUSE);
             }
-            other => return other,
+            other => return other.map_err(Some),
         }
     }
 }
@@ -107,6 +123,13 @@ async fn record(ctx: &Ctx, stream: &NodeStream, fact: &Fact) -> Result<(), Store
 async fn record_once(ctx: &Ctx, node: &str, session: Uuid, fact: &Fact) -> Result<(), StoreError> {
     let store = &ctx.store;
     match fact {
+        Fact::Begun(registration) => {
+            let owner = ctx.replica.clone();
+            store
+                .begin_session((**registration).clone(), owner)
+                .await
+                .map(|_| ())
+        }
         Fact::Ready => {
             if !store.mark_ready(node, session).await? {
                 return Err(StoreError::StaleSession {

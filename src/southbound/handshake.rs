@@ -64,6 +64,9 @@ pub fn registration(
         )?;
     }
     Ok(Registration {
+        // Chosen here so the node can be answered even before the store
+        // has recorded the session.
+        session_id: uuid::Uuid::new_v4(),
         node_id: effective_id(&req.node_id, group),
         group: group.map(str::to_string),
         connection_details: req

@@ -12,7 +12,7 @@ use super::facts::{Fact, FactWriter, Refused, log_refusal};
 use crate::names;
 use crate::proto::sb;
 use crate::proto::sb::control_message::Payload;
-use crate::store::model::{DepartureKind, Name};
+use crate::store::model::{DepartureKind, Name, Registration};
 use crate::transport::NodeStream;
 use crate::transport::stream::Outbound;
 
@@ -31,11 +31,13 @@ enum Flow {
 pub async fn serve(
     ctx: Arc<Ctx>,
     stream: Arc<NodeStream>,
+    pending: Option<Registration>,
     mut inbound: Streaming<sb::ControlMessage>,
     out: &Outbound,
 ) {
     let writer = FactWriter::spawn(ctx.clone(), stream.clone());
-    if writer.push(Fact::Ready).is_err() {
+    let begun = pending.map_or(Ok(()), |reg| writer.push(Fact::Begun(Box::new(reg))));
+    if begun.and_then(|()| writer.push(Fact::Ready)).is_err() {
         return end(&ctx, &stream, &writer, DepartureKind::Crash);
     }
     loop {

@@ -16,13 +16,13 @@ use crate::names;
 use crate::proto::sb;
 use crate::proto::sb::control_message::Payload;
 use crate::store::model::{DepartureKind, DesiredState, Registration};
-use crate::store::{SessionStart, retry_unavailable};
+use crate::store::{SessionStart, StoreError, retry_unavailable};
 use crate::transport::NodeStream;
 use crate::transport::stream::Outbound;
 
-/// How long the handshake may wait for the store: the node gives up 10 s
-/// after sending its registration.
-const HANDSHAKE_BUDGET: Duration = Duration::from_secs(7);
+/// How long each of the handshake's two store calls may wait: the node
+/// gives up 10 s after sending its registration.
+const STORE_BUDGET: Duration = Duration::from_secs(3);
 
 /// Drives a freshly opened stream to its end.
 pub async fn drive(
@@ -34,10 +34,10 @@ pub async fn drive(
     let Some((message_id, request)) = first_message(&ctx, &mut inbound, &out).await else {
         return;
     };
-    let Some(stream) = handshake(&ctx, peer, message_id, request, &out).await else {
+    let Some((stream, pending)) = handshake(&ctx, peer, message_id, request, &out).await else {
         return;
     };
-    serve::serve(ctx, stream, inbound, &out).await;
+    serve::serve(ctx, stream, pending, inbound, &out).await;
 }
 
 pub(super) fn payload_kind(p: &Option<Payload>) -> &'static str {
@@ -112,13 +112,19 @@ async fn refuse(out: &Outbound, message_id: String, why: Refusal) {
 
 /// Validates, records the session, replies with the node's desired state
 /// and marks the session ready. `None` if the stream ended on the way.
+///
+/// If the store cannot record the registration in time, the node is
+/// answered anyway (it gives up for good on an error or after 10 s): with
+/// nothing desired, which changes nothing it holds; the registration is
+/// returned as pending, for the session's fact writer to record when the
+/// store is back.
 async fn handshake(
     ctx: &Arc<Ctx>,
     peer: Option<SocketAddr>,
     message_id: String,
     request: sb::RegisterNodeRequest,
     out: &Outbound,
-) -> Option<Arc<NodeStream>> {
+) -> Option<(Arc<NodeStream>, Option<Registration>)> {
     let checked = handshake::registration(&request, peer.map(|p| p.ip())).and_then(|reg| {
         ctx.auth
             .verify(&request)
@@ -133,39 +139,55 @@ async fn handshake(
         }
     };
     let node = registration.node_id.clone();
-    let started = begin(ctx, registration, out).await?;
-    let session = started.session;
+    let (generation, pending) = match begin(ctx, &registration, out).await? {
+        Some(started) => (started.session.generation, None),
+        None => (0, Some(registration.clone())),
+    };
     let stream = Arc::new(NodeStream::new(
         node.clone(),
-        session.id,
-        session.generation,
+        registration.session_id,
+        generation,
         out.clone(),
     ));
     ctx.registry.insert(stream.clone());
-    let desired = retry_unavailable(HANDSHAKE_BUDGET, || ctx.store.desired_for_node(&node))
-        .await
-        .unwrap_or_else(|e| {
-            warn!(%node, error = %e, "desired state unavailable; replying with none");
-            DesiredState::default()
-        });
+    let desired = match pending {
+        Some(_) => DesiredState::default(),
+        None => retry_unavailable(STORE_BUDGET, || ctx.store.desired_for_node(&node))
+            .await
+            .unwrap_or_else(|e| {
+                warn!(%node, error = %e, "desired state unavailable; replying with none");
+                DesiredState::default()
+            }),
+    };
     if !stream.send(registration_reply(message_id, &desired)).await {
         let writer = FactWriter::spawn(ctx.clone(), stream.clone());
         serve::end(ctx, &stream, &writer, DepartureKind::Crash);
         return None;
     }
     stream.set_ready();
-    info!(%node, generation = session.generation, "node registered");
-    Some(stream)
+    info!(%node, generation, recorded = pending.is_none(), "node registered");
+    Some((stream, pending))
 }
 
-async fn begin(ctx: &Ctx, registration: Registration, out: &Outbound) -> Option<SessionStart> {
+/// Records the registration: `Some(Some(start))` when recorded,
+/// `Some(None)` when the store stayed unreachable (answer anyway), `None`
+/// when the store refused it for good (the stream has ended).
+async fn begin(
+    ctx: &Ctx,
+    registration: &Registration,
+    out: &Outbound,
+) -> Option<Option<SessionStart>> {
     let owner = ctx.replica.clone();
-    let started = retry_unavailable(HANDSHAKE_BUDGET, || {
+    let started = retry_unavailable(STORE_BUDGET, || {
         ctx.store.begin_session(registration.clone(), owner.clone())
     })
     .await;
     match started {
-        Ok(s) => Some(s),
+        Ok(s) => Some(Some(s)),
+        Err(StoreError::Unavailable(why)) => {
+            warn!(node = %registration.node_id, %why, "store unreachable; registration kept to record later");
+            Some(None)
+        }
         Err(e) => {
             warn!(node = %registration.node_id, error = %e, "could not record registration");
             let _ = out.send(Err(Status::unavailable(e.to_string()))).await;

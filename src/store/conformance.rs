@@ -20,6 +20,7 @@ macro_rules! store_conformance_tests {
             session_starts_registering_and_creates_record,
             generations_increase_store_wide,
             reregistration_replaces_session,
+            an_owner_may_choose_the_session_id,
             mark_ready_only_for_current_session,
             end_session_records_departure,
             late_end_of_replaced_session_changes_nothing,
@@ -140,6 +141,17 @@ pub async fn generations_increase_store_wide(store: &dyn Store) {
     assert!(store.forget_node("c/n1", s.generation).await.unwrap());
     let again = start(store, "c/n1").await.session.generation;
     assert!(again > s.generation, "a recreated record continues upward");
+}
+
+pub async fn an_owner_may_choose_the_session_id(store: &dyn Store) {
+    let chosen = Uuid::new_v4();
+    let reg = Registration {
+        session_id: chosen,
+        ..mk_registration("a/n1")
+    };
+    let started = store.begin_session(reg, owner()).await.unwrap();
+    assert_eq!(started.session.id, chosen);
+    assert!(store.mark_ready("a/n1", chosen).await.unwrap());
 }
 
 pub async fn reregistration_replaces_session(store: &dyn Store) {

@@ -97,7 +97,7 @@ impl Store for MemoryStore {
             .entry(registration.node_id.clone())
             .or_insert_with(|| new_record(&registration));
         let session = Session {
-            id: Uuid::new_v4(),
+            id: chosen_or_new(registration.session_id),
             generation,
             owner,
             state: SessionState::Registering,
@@ -428,6 +428,11 @@ impl Store for MemoryStore {
         }
         Ok(ended)
     }
+}
+
+/// The session id the owner chose, or a fresh one.
+pub fn chosen_or_new(id: Uuid) -> Uuid {
+    if id.is_nil() { Uuid::new_v4() } else { id }
 }
 
 /// At most one live link per unordered group pair.

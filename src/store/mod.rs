@@ -18,7 +18,7 @@ mod retry;
 use async_trait::async_trait;
 use uuid::Uuid;
 
-pub use memory::{MemoryStore, sent_status};
+pub use memory::{MemoryStore, chosen_or_new, sent_status};
 use model::{
     DepartureKind, DesiredState, Link, Name, NodeRecord, Registration, ReplicaRef, Route, Segment,
     Session, Template,
@@ -89,7 +89,8 @@ impl ChangeSet {
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Records a registration and starts a new session for it, in state
-    /// `Registering`, owned by `owner`. Creates the node record if needed,
+    /// `Registering`, owned by `owner`, with the registration's
+    /// `session_id` (a fresh one if nil). Creates the node record if needed,
     /// otherwise replaces its registration facts. The new session gets a
     /// generation higher than any issued before (store-wide), clears the
     /// node's `received_links` and `departure`, and replaces any current

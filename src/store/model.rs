@@ -93,6 +93,10 @@ pub struct Name {
 /// What a node says when it registers: the facts its session starts from.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Registration {
+    /// The id the owning replica gives the session; nil lets the store
+    /// choose. The owner chooses it when it must answer the node before the
+    /// registration can be recorded (the store is unreachable).
+    pub session_id: Uuid,
     pub node_id: NodeId,
     pub group: Option<String>,
     pub connection_details: Vec<ConnectionDetail>,

@@ -79,6 +79,19 @@ pub async fn mk_fleet_sized(cp: &Running, groups: &[(&str, usize)]) -> SimFleet 
     fleet
 }
 
+/// Starts one more node, `group/node`, and waits for its registration;
+/// returns its registration count.
+pub async fn spawn_node(fleet: &mut SimFleet, group: &str, node: &str) -> u64 {
+    let spec = mk_spec(group, node, endpoint(20_000 + fleet.nodes().len()));
+    let spawned = fleet.spawn(spec).expect("spawned").clone();
+    assert!(
+        spawned.wait_registered(PATIENCE).await,
+        "{:?}",
+        spawned.state()
+    );
+    spawned.registrations()
+}
+
 /// Starts `group/node` again on a new endpoint (the old process must be
 /// gone); returns the new endpoint once it is registered.
 pub async fn respawn_elsewhere(_cp: &Running, fleet: &mut SimFleet, id: &str) -> String {

@@ -38,7 +38,7 @@ pub(super) async fn begin_session(
 ) -> Result<SessionStart, TxError> {
     let current = query_one(db, LOCK_OR_CREATE, &[&reg.node_id]).await?;
     let replaced = session_from(&current)?;
-    let id = Uuid::new_v4();
+    let id = crate::store::chosen_or_new(reg.session_id);
     let state = SessionState::Registering;
     let row = query_one(
         db,
