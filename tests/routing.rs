@@ -152,7 +152,10 @@ async fn two_announcers_and_independent_names() {
 
 on_both_backends! {
 /// Scenario: API mode — adding a topology link creates and applies a link
-/// between the groups' nodes; removing it takes it off the nodes.
+/// between the groups' nodes and routes over it; removing it takes link and
+/// routes off the nodes, which then have nothing desired at all
+/// (regression: the reference never told such a node, so its stale routes
+/// stayed).
 async fn api_mode_link_add_and_remove() {
     use slim_cp::proto::nb;
     let cp = mk_cp(TopologyConfig::Api).await;
@@ -171,6 +174,8 @@ async fn api_mode_link_add_and_remove() {
         .warnings;
     assert!(warnings.is_empty(), "{warnings:?}");
     wait_links(&cp, &fleet, 1).await;
+    fleet.node("g2/n0").unwrap().announce(["org", "ns", "api"]).unwrap();
+    wait_routes(&cp, &fleet, "api", &["g1/n0"]).await;
     let rm = nb::RemoveTopologyLinkRequest {
         group_a: "g2".into(),
         group_b: "g1".into(),
@@ -178,6 +183,7 @@ async fn api_mode_link_add_and_remove() {
     };
     client.remove_topology_link(rm).await.unwrap();
     wait_no_links(&cp, &fleet).await;
+    wait_routes_gone(&cp, &fleet, "api").await;
 }
 }
 

@@ -228,7 +228,8 @@ async fn crash_keeps_the_record_and_drops_announcements() {
 
 /// Scenario: a request to a node that disconnects while the control plane
 /// waits fails at once with `SessionEnded`, not after the timeout and not
-/// with an empty success.
+/// with an empty success (regression: the reference answered a dropped
+/// waiter with an empty success).
 #[tokio::test]
 async fn request_fails_at_once_when_the_node_disconnects() {
     let cp = start_replica(Options {
