@@ -4,7 +4,7 @@
 //! never trips the index.
 
 use super::rows::{link_columns, link_from, link_status_from, link_status_sql};
-use super::tx::{Db, TxError, execute, query, query_opt};
+use super::tx::{Db, TxError, execute, query_map, query_opt};
 use crate::store::model::Link;
 use crate::store::sent_status;
 
@@ -71,7 +71,7 @@ pub(super) async fn delete(db: &Db<'_>, ids: &[String]) -> Result<u64, TxError> 
 
 pub(super) async fn list(db: &Db<'_>) -> Result<Vec<Link>, TxError> {
     const SQL: &str = concat!("SELECT ", link_columns!(), " FROM links ORDER BY link_id");
-    query(db, SQL, &[]).await?.iter().map(link_from).collect()
+    query_map(db, SQL, &[], link_from).await
 }
 
 pub(super) async fn touching(db: &Db<'_>, node: &str) -> Result<Vec<Link>, TxError> {
@@ -80,11 +80,7 @@ pub(super) async fn touching(db: &Db<'_>, node: &str) -> Result<Vec<Link>, TxErr
         link_columns!(),
         " FROM links WHERE source_node = $1 OR dest_node = $1 ORDER BY link_id"
     );
-    query(db, SQL, &[&node])
-        .await?
-        .iter()
-        .map(link_from)
-        .collect()
+    query_map(db, SQL, &[&node], link_from).await
 }
 
 /// The node's live links, ordered by id.
@@ -94,11 +90,7 @@ pub(super) async fn live_sourced(db: &Db<'_>, node: &str) -> Result<Vec<Link>, T
         link_columns!(),
         " FROM links WHERE source_node = $1 AND NOT deleted ORDER BY link_id"
     );
-    query(db, SQL, &[&node])
-        .await?
-        .iter()
-        .map(link_from)
-        .collect()
+    query_map(db, SQL, &[&node], link_from).await
 }
 
 /// Compare-and-set on (live, still sourced at `source`), then the shared

@@ -11,7 +11,7 @@ use super::rows::{
     connections_json, departure_kind_sql, details_json, names_json, node_columns, node_from,
     session_from, session_state_sql, to_i64, to_u64,
 };
-use super::tx::{Db, TxError, execute, query, query_one, query_opt};
+use super::tx::{Db, TxError, execute, query, query_map, query_one, query_opt};
 use crate::store::model::{
     DepartureKind, NodeRecord, Registration, ReplicaRef, Session, SessionState,
 };
@@ -179,7 +179,7 @@ pub(super) async fn get(db: &Db<'_>, node: &str) -> Result<Option<NodeRecord>, T
 
 pub(super) async fn list(db: &Db<'_>) -> Result<Vec<NodeRecord>, TxError> {
     const SQL: &str = concat!("SELECT ", node_columns!(), " FROM nodes ORDER BY id");
-    query(db, SQL, &[]).await?.iter().map(node_from).collect()
+    query_map(db, SQL, &[], node_from).await
 }
 
 pub(super) async fn forget(db: &Db<'_>, node: &str, generation: u64) -> Result<bool, TxError> {

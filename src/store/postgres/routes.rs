@@ -1,7 +1,7 @@
 //! Routes: desired subscriptions on a source node over one of its links.
 
 use super::rows::{name_id_sql, route_columns, route_from, route_status_sql};
-use super::tx::{Db, TxError, execute, query};
+use super::tx::{Db, TxError, execute, query_map};
 use crate::store::model::{Route, RouteStatus};
 
 const UPSERT: &str = "INSERT INTO routes (id, source_node, dest_node, link_id, component0, \
@@ -58,7 +58,7 @@ pub(super) async fn delete(db: &Db<'_>, ids: &[String]) -> Result<u64, TxError> 
 
 pub(super) async fn list(db: &Db<'_>) -> Result<Vec<Route>, TxError> {
     const SQL: &str = concat!("SELECT ", route_columns!(), " FROM routes ORDER BY id");
-    query(db, SQL, &[]).await?.iter().map(route_from).collect()
+    query_map(db, SQL, &[], route_from).await
 }
 
 pub(super) async fn sourced(db: &Db<'_>, node: &str) -> Result<Vec<Route>, TxError> {
@@ -67,11 +67,7 @@ pub(super) async fn sourced(db: &Db<'_>, node: &str) -> Result<Vec<Route>, TxErr
         route_columns!(),
         " FROM routes WHERE source_node = $1 ORDER BY id"
     );
-    query(db, SQL, &[&node])
-        .await?
-        .iter()
-        .map(route_from)
-        .collect()
+    query_map(db, SQL, &[&node], route_from).await
 }
 
 /// The node's routes that are not deleted and ride one of its live links.
@@ -83,11 +79,7 @@ pub(super) async fn desired(db: &Db<'_>, node: &str) -> Result<Vec<Route>, TxErr
            AND link_id IN (SELECT link_id FROM links WHERE source_node = $1 AND NOT deleted) \
          ORDER BY id"
     );
-    query(db, SQL, &[&node])
-        .await?
-        .iter()
-        .map(route_from)
-        .collect()
+    query_map(db, SQL, &[&node], route_from).await
 }
 
 /// Sets status and message if the route exists; the timestamp moves only

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::nodes::lock_current;
 use super::rows::{TEMPLATE_COLUMNS, name_id_sql, template_from, to_i64};
-use super::tx::{Db, TxError, execute, query};
+use super::tx::{Db, TxError, execute, query_map};
 use crate::store::model::{Name, Template};
 
 /// Names as four parallel arrays for `unnest`; the null id as `''` so that
@@ -80,11 +80,7 @@ pub(super) async fn record_announcements(
 
 pub(super) async fn list(db: &Db<'_>) -> Result<Vec<Template>, TxError> {
     let sql = format!("SELECT {TEMPLATE_COLUMNS} FROM templates ORDER BY seq");
-    query(db, &sql, &[])
-        .await?
-        .iter()
-        .map(template_from)
-        .collect()
+    query_map(db, &sql, &[], template_from).await
 }
 
 pub(super) async fn drop_before(

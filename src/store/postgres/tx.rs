@@ -255,6 +255,16 @@ fn describe_db_error(op: &str, e: &tokio_postgres::Error) -> String {
     }
 }
 
+/// A query's rows, each converted by `convert`.
+pub(super) async fn query_map<T>(
+    db: &Db<'_>,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+    convert: fn(&Row) -> Result<T, TxError>,
+) -> Result<Vec<T>, TxError> {
+    query(db, sql, params).await?.iter().map(convert).collect()
+}
+
 /// A prepared (and per-connection cached) statement's rows.
 pub(super) async fn query(
     db: &Db<'_>,
