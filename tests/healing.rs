@@ -12,7 +12,7 @@ use common::scenario::{
     mk_cp, mk_fleet, mk_fleet_sized, mk_links, reopen_stream, wait_links, wait_routes,
     wait_routes_gone,
 };
-use common::wait_for;
+use common::{wait_count, wait_for};
 use slim_cp::server::Running;
 use slim_cp::sim::SimFleet;
 use slim_cp::store::model::Link;
@@ -182,20 +182,7 @@ on_both_backends! {
 async fn reconnect_on_a_new_endpoint_is_relinked() {
     let (cp, mut fleet, link) = two_groups(1, 1).await;
     fleet.node("b/n0").unwrap().crash();
-    wait_for("link gone", || async {
-        let n = cp
-            .store
-            .list_links()
-            .await
-            .map_err(|e| e.to_string())?
-            .len();
-        if n == 0 {
-            Ok(())
-        } else {
-            Err(format!("{n} links"))
-        }
-    })
-    .await;
+    wait_count("link gone", 0, || async { cp.store.list_links().await.map(|v| v.len()) }).await;
     let moved = common::scenario::respawn_elsewhere(&cp, &mut fleet, "b/n0").await;
     let new = only_link(&wait_links(&cp, &fleet, 1).await).clone();
     assert_ne!(new.link_id, link.link_id);

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{RawNode, announce, mk_register, mk_replica, start_replica, wait_for};
+use common::{RawNode, announce, mk_register, mk_replica, start_replica, wait_count, wait_for};
 use slim_cp::proto::sb;
 use slim_cp::proto::sb::control_message::Payload;
 use slim_cp::server::Options;
@@ -181,18 +181,8 @@ async fn crash_keeps_the_record_and_drops_announcements() {
     let cp = mk_replica().await;
     let raw = RawNode::connect(&cp, "edge", "n1").await;
     raw.send(announce(&["app"])).await;
-    wait_for("template recorded", || async {
-        let n = cp
-            .store
-            .list_templates()
-            .await
-            .map_err(|e| e.to_string())?
-            .len();
-        if n == 1 {
-            Ok(())
-        } else {
-            Err(format!("{n} templates"))
-        }
+    wait_count("template recorded", 1, || async {
+        cp.store.list_templates().await.map(|v| v.len())
     })
     .await;
     drop(raw);
@@ -210,18 +200,8 @@ async fn crash_keeps_the_record_and_drops_announcements() {
     .await;
     assert!(!rec.is_connected());
     assert_eq!(rec.departure.map(|d| d.kind), Some(DepartureKind::Crash));
-    wait_for("templates dropped", || async {
-        let n = cp
-            .store
-            .list_templates()
-            .await
-            .map_err(|e| e.to_string())?
-            .len();
-        if n == 0 {
-            Ok(())
-        } else {
-            Err(format!("{n} templates"))
-        }
+    wait_count("templates dropped", 0, || async {
+        cp.store.list_templates().await.map(|v| v.len())
     })
     .await;
 }

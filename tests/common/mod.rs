@@ -55,6 +55,26 @@ where
     panic!("timed out waiting for {what}; last state: {last}");
 }
 
+/// Waits until `count` yields `want` (a store call's count, say).
+pub async fn wait_count<E, F, Fut>(what: &str, want: usize, mut count: F)
+where
+    E: std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<usize, E>>,
+{
+    wait_for(what, || {
+        let next = count();
+        async move {
+            match next.await {
+                Ok(n) if n == want => Ok(()),
+                Ok(n) => Err(format!("{n}, want {want}")),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+    })
+    .await;
+}
+
 /// A node driven by hand: every message is the test's to send and read.
 pub struct RawNode {
     pub tx: mpsc::Sender<sb::ControlMessage>,
