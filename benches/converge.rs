@@ -194,13 +194,19 @@ struct Counts {
 
 impl Counts {
     fn converged(&self, s: Size) -> bool {
+        // Every node registered too: links and routes among the groups
+        // can be complete while some nodes still wait to register.
         let p = s.pairs();
-        self.out == p && self.live == p && self.pairs == p && self.names_done == s.names
+        self.registered == s.nodes
+            && self.out == p
+            && self.live == p
+            && self.pairs == p
+            && self.names_done == s.names
     }
     /// Every pair linked and every name reachable, extra links and routes
     /// allowed (a looser bar, for control planes that leave duplicates).
     fn covered(&self, s: Size) -> bool {
-        self.pairs == s.pairs() && self.names_covered == s.names
+        self.registered == s.nodes && self.pairs == s.pairs() && self.names_covered == s.names
     }
 }
 
