@@ -7,10 +7,9 @@ mod common;
 
 use std::collections::BTreeSet;
 
-use common::reach::unreachable;
 use common::scenario::{
-    mk_cp, mk_fleet, mk_fleet_sized, mk_links, reopen_stream, wait_links, wait_routes,
-    wait_routes_gone,
+    mk_cp, mk_fleet, mk_fleet_sized, mk_links, reopen_stream, wait_links, wait_reachable,
+    wait_routes, wait_routes_gone,
 };
 use common::{wait_count, wait_for};
 use slim_cp::server::Running;
@@ -18,18 +17,6 @@ use slim_cp::sim::SimFleet;
 use slim_cp::store::model::Link;
 
 const MESH: &[(&str, &[&str])] = &[("*", &["*"])];
-
-async fn wait_reachable(fleet: &SimFleet, last: &str, announcers: &[&str]) {
-    wait_for(&format!("{last} reachable from every group"), || async {
-        let missing = unreachable(fleet, last, announcers);
-        if missing.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("unreachable from {missing:?}"))
-        }
-    })
-    .await;
-}
 
 fn only_link(links: &[Link]) -> &Link {
     assert_eq!(links.len(), 1, "{links:?}");
@@ -183,7 +170,7 @@ async fn reconnect_on_a_new_endpoint_is_relinked() {
     let (cp, mut fleet, link) = two_groups(1, 1).await;
     fleet.node("b/n0").unwrap().crash();
     wait_count("link gone", 0, || async { cp.store.list_links().await.map(|v| v.len()) }).await;
-    let moved = common::scenario::respawn_elsewhere(&cp, &mut fleet, "b/n0").await;
+    let moved = common::scenario::respawn_elsewhere(&mut fleet, "b/n0").await;
     let new = only_link(&wait_links(&cp, &fleet, 1).await).clone();
     assert_ne!(new.link_id, link.link_id);
     assert_eq!(new.dest_endpoint, moved);

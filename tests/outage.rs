@@ -7,8 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::reach::unreachable;
-use common::scenario::{mk_fleet, mk_links, wait_links};
+use common::scenario::{mk_fleet, mk_links, wait_links, wait_reachable};
 use common::wait_for;
 use slim_cp::config::ReconcilerConfig;
 use slim_cp::server::{self, Options, Running};
@@ -62,15 +61,7 @@ async fn facts_sent_during_an_outage_are_recorded_after_it() {
         "no stream was closed"
     );
     store.set_down(false);
-    wait_for("late reachable", || async {
-        let missing = unreachable(&fleet, "late", &["b"]);
-        if missing.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("{missing:?}"))
-        }
-    })
-    .await;
+    wait_reachable(&fleet, "late", &["b"]).await;
     assert_eq!(fleet.lost_count(), 0);
 }
 

@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use common::pg::{admin_url, fresh_pg_database, with_database};
 use common::proxy::Proxy;
-use common::reach::unreachable;
-use common::scenario::{mk_fleet, mk_links, wait_links};
-use common::wait_for;
+use common::scenario::{mk_fleet, mk_links, wait_links, wait_reachable};
 use slim_cp::config::ReconcilerConfig;
 use slim_cp::server::{self, Options};
 use slim_cp::store::PgStore;
@@ -72,15 +70,7 @@ async fn postgres_restart_under_a_running_replica() {
     path.restore();
 
     wait_links(&cp, &fleet, 1).await;
-    wait_for("late reachable from a", || async {
-        let missing = unreachable(&fleet, "late", &["b"]);
-        if missing.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("{missing:?}"))
-        }
-    })
-    .await;
+    wait_reachable(&fleet, "late", &["b"]).await;
     let c = cp.store.get_node("c/n0").await.unwrap().unwrap();
     assert!(
         !c.is_connected(),

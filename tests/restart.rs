@@ -8,11 +8,10 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::PATIENCE;
 use common::pg::{fresh_pg_database, pg_url_for};
 use common::proxy::Proxy;
-use common::reach::unreachable;
-use common::scenario::{mk_links, wait_links};
-use common::{PATIENCE, wait_for};
+use common::scenario::{mk_links, wait_links, wait_reachable};
 use slim_cp::config::ReconcilerConfig;
 use slim_cp::server::{self, Options, Running};
 use slim_cp::sim::{FleetOptions, SimFleet, SimNodeSpec, SimOptions};
@@ -77,15 +76,7 @@ async fn restart_on_postgres_keeps_links_and_routes() {
         .announce(["org", "ns", "svc"])
         .unwrap();
     let before = link_ids(&wait_links(&first, &fleet, 3).await);
-    wait_for("svc reachable", || async {
-        let missing = unreachable(&fleet, "svc", &["c"]);
-        if missing.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("{missing:?}"))
-        }
-    })
-    .await;
+    wait_reachable(&fleet, "svc", &["c"]).await;
     let routes_before = first.store.list_routes().await.unwrap().len();
     let commands_before = fleet.commands_received();
 
@@ -102,15 +93,7 @@ async fn restart_on_postgres_keeps_links_and_routes() {
     assert!(reconnected, "lost: {:?}", fleet.lost());
     let after = link_ids(&wait_links(&second, &fleet, 3).await);
     assert_eq!(after, before, "the same links, none re-created");
-    wait_for("svc reachable again", || async {
-        let missing = unreachable(&fleet, "svc", &["c"]);
-        if missing.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("{missing:?}"))
-        }
-    })
-    .await;
+    wait_reachable(&fleet, "svc", &["c"]).await;
     assert_eq!(
         second.store.list_routes().await.unwrap().len(),
         routes_before

@@ -7,7 +7,6 @@ use crate::transport::TransportError;
 
 pub fn from_store(e: StoreError) -> Status {
     match e {
-        StoreError::NodeNotFound(n) => Status::not_found(format!("node {n} not found")),
         StoreError::SegmentNotFound(s) => Status::not_found(format!("segment '{s}' not found")),
         StoreError::StaleSession { .. } | StoreError::Conflict(_) => Status::aborted(e.to_string()),
         StoreError::Unavailable(why) => {

@@ -185,3 +185,57 @@ pub fn name_peers(node: &str, entries: &mut [sb::ConnectionEntry], links: &[Link
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mk_link(id: &str, source: &str, dest: Option<&str>) -> Link {
+        Link {
+            link_id: id.into(),
+            source_node: source.into(),
+            source_group: "a".into(),
+            dest_group: "b".into(),
+            dest_node: dest.map(str::to_string),
+            dest_endpoint: "h:1".into(),
+            config_data: String::new(),
+            status: LinkStatus::Applied,
+            status_msg: String::new(),
+            deleted: false,
+            updated_at: 0,
+        }
+    }
+
+    fn mk_entry(link: &str, kind: sb::ConnectionType) -> sb::ConnectionEntry {
+        sb::ConnectionEntry {
+            link_id: Some(link.into()),
+            connection_type: kind as i32,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn remote_connections_name_the_node_at_the_other_end() {
+        let links = [
+            mk_link("out", "a/n1", Some("b/n1")),
+            mk_link("in", "c/n1", Some("a/n1")),
+        ];
+        let mut entries = [
+            mk_entry("out", sb::ConnectionType::Remote),
+            mk_entry("in", sb::ConnectionType::Remote),
+            mk_entry("out", sb::ConnectionType::Peer),
+            mk_entry("unknown", sb::ConnectionType::Remote),
+        ];
+        name_peers("a/n1", &mut entries, &links);
+        let peers: Vec<_> = entries.iter().map(|e| e.peer_node_id.as_deref()).collect();
+        assert_eq!(peers, [Some("b/n1"), Some("c/n1"), None, None]);
+    }
+
+    #[test]
+    fn an_unclaimed_link_names_no_peer() {
+        let links = [mk_link("out", "a/n1", None)];
+        let mut entries = [mk_entry("out", sb::ConnectionType::Remote)];
+        name_peers("a/n1", &mut entries, &links);
+        assert_eq!(entries[0].peer_node_id, None);
+    }
+}

@@ -53,7 +53,12 @@ impl Ctx {
             .list_connections(node)
             .await
             .map_err(|e| errors::from_transport(node, e))?;
-        let links = self.store.list_links().await.map_err(errors::from_store)?;
+        // Only the node's own links can name its peers.
+        let links = self
+            .store
+            .links_touching(node)
+            .await
+            .map_err(errors::from_store)?;
         listing::name_peers(node, &mut entries, &links);
         Ok(sb::ConnectionListResponse {
             original_message_id: String::new(),

@@ -33,9 +33,6 @@ pub enum StoreError {
     /// belongs to a replaced or ended session and was not recorded.
     #[error("session {session} of node {node} is not current")]
     StaleSession { node: String, session: Uuid },
-    /// The node has no record.
-    #[error("node {0} not found")]
-    NodeNotFound(String),
     /// No segment of that name.
     #[error("segment {0} not found")]
     SegmentNotFound(String),

@@ -50,10 +50,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn other_errors_and_spent_budgets_are_returned() {
         let stale = retry_unavailable(Duration::from_secs(5), || async {
-            Err::<(), _>(StoreError::NodeNotFound("n".into()))
+            Err::<(), _>(StoreError::SegmentNotFound("s".into()))
         })
         .await;
-        assert_eq!(stale, Err(StoreError::NodeNotFound("n".into())));
+        assert_eq!(stale, Err(StoreError::SegmentNotFound("s".into())));
         let calls = AtomicU32::new(0);
         let down = retry_unavailable(Duration::from_millis(200), || async {
             calls.fetch_add(1, Ordering::SeqCst);

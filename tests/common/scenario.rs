@@ -79,11 +79,13 @@ pub async fn mk_fleet_sized(cp: &Running, groups: &[(&str, usize)]) -> SimFleet 
     fleet
 }
 
-/// Starts one more node, `group/node`, and waits for its registration;
-/// returns its registration count.
-pub async fn spawn_node(fleet: &mut SimFleet, group: &str, node: &str) -> u64 {
-    let spec = mk_spec(group, node, endpoint(20_000 + fleet.nodes().len()));
-    let spawned = fleet.spawn(spec).expect("spawned").clone();
+/// Starts `group/node` at `endpoint` on the fleet's network and waits for
+/// its registration.
+async fn spawn_at(fleet: &mut SimFleet, group: &str, node: &str, endpoint: String) -> u64 {
+    let spawned = fleet
+        .spawn(mk_spec(group, node, endpoint))
+        .expect("spawned")
+        .clone();
     assert!(
         spawned.wait_registered(PATIENCE).await,
         "{:?}",
@@ -92,21 +94,34 @@ pub async fn spawn_node(fleet: &mut SimFleet, group: &str, node: &str) -> u64 {
     spawned.registrations()
 }
 
+/// Starts one more node, `group/node`, and waits for its registration;
+/// returns its registration count.
+pub async fn spawn_node(fleet: &mut SimFleet, group: &str, node: &str) -> u64 {
+    let at = endpoint(20_000 + fleet.nodes().len());
+    spawn_at(fleet, group, node, at).await
+}
+
 /// Starts `group/node` again on a new endpoint (the old process must be
 /// gone); returns the new endpoint once it is registered.
-pub async fn respawn_elsewhere(_cp: &Running, fleet: &mut SimFleet, id: &str) -> String {
+pub async fn respawn_elsewhere(fleet: &mut SimFleet, id: &str) -> String {
     let (group, node) = id.split_once('/').expect("group/node");
     let moved = endpoint(10_000 + fleet.nodes().len());
-    let spawned = fleet
-        .spawn(mk_spec(group, node, moved.clone()))
-        .expect("spawned")
-        .clone();
-    assert!(
-        spawned.wait_registered(PATIENCE).await,
-        "{:?}",
-        spawned.state()
-    );
+    spawn_at(fleet, group, node, moved.clone()).await;
     moved
+}
+
+/// Waits until `last` is reachable from every group over what the nodes
+/// hold (see [`super::reach`]).
+pub async fn wait_reachable(fleet: &SimFleet, last: &str, announcer_groups: &[&str]) {
+    wait_for(&format!("{last} reachable from every group"), || async {
+        let missing = super::reach::unreachable(fleet, last, announcer_groups);
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("unreachable from {missing:?}"))
+        }
+    })
+    .await;
 }
 
 /// Waits until the store has exactly `n` Applied links and each is held by

@@ -68,15 +68,9 @@ pub(super) async fn add_edge(
     a: &str,
     b: &str,
 ) -> Result<bool, TxError> {
-    hold(db, segment).await?;
-    let (a, b) = edge(a, b);
-    let n = execute(
-        db,
-        "INSERT INTO segment_edges (segment, a, b) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-        &[&segment, &a, &b],
-    )
-    .await?;
-    Ok(n > 0)
+    const SQL: &str =
+        "INSERT INTO segment_edges (segment, a, b) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING";
+    edit_edge(db, SQL, segment, a, b).await
 }
 
 pub(super) async fn remove_edge(
@@ -85,13 +79,20 @@ pub(super) async fn remove_edge(
     a: &str,
     b: &str,
 ) -> Result<bool, TxError> {
+    const SQL: &str = "DELETE FROM segment_edges WHERE segment = $1 AND a = $2 AND b = $3";
+    edit_edge(db, SQL, segment, a, b).await
+}
+
+/// Runs `sql` on the canonical form of the edge `a`–`b` of an existing
+/// segment (held against a concurrent removal); true if a row changed.
+async fn edit_edge(
+    db: &Db<'_>,
+    sql: &str,
+    segment: &str,
+    a: &str,
+    b: &str,
+) -> Result<bool, TxError> {
     hold(db, segment).await?;
     let (a, b) = edge(a, b);
-    let n = execute(
-        db,
-        "DELETE FROM segment_edges WHERE segment = $1 AND a = $2 AND b = $3",
-        &[&segment, &a, &b],
-    )
-    .await?;
-    Ok(n > 0)
+    Ok(execute(db, sql, &[&segment, &a, &b]).await? > 0)
 }
