@@ -8,8 +8,8 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::scenario::{
-    mk_cp, mk_fleet, mk_fleet_sized, mk_links, reopen_stream, wait_links, wait_reachable,
-    wait_routes, wait_routes_gone,
+    assert_links_point_at, mk_cp, mk_fleet, mk_fleet_sized, mk_links, reopen_stream,
+    respawn_all_elsewhere, wait_links, wait_reachable, wait_routes, wait_routes_gone,
 };
 use common::{wait_count, wait_for};
 use slim_cp::server::Running;
@@ -17,6 +17,14 @@ use slim_cp::sim::SimFleet;
 use slim_cp::store::model::Link;
 
 const MESH: &[(&str, &[&str])] = &[("*", &["*"])];
+
+/// The group pairs the links join.
+fn group_pairs(links: &[Link]) -> BTreeSet<(String, String)> {
+    links
+        .iter()
+        .map(|l| slim_cp::store::model::edge(&l.source_group, &l.dest_group))
+        .collect()
+}
 
 fn only_link(links: &[Link]) -> &Link {
     assert_eq!(links.len(), 1, "{links:?}");
@@ -198,11 +206,35 @@ async fn whole_fleet_crash_and_reconnect() {
     }
     assert!(fleet.wait_all_registered(common::PATIENCE).await);
     let links = wait_links(&cp, &fleet, 6).await;
-    let pairs: BTreeSet<_> = links
-        .iter()
-        .map(|l| slim_cp::store::model::edge(&l.source_group, &l.dest_group))
-        .collect();
+    let pairs = group_pairs(&links);
     assert_eq!(pairs.len(), 6, "one link per pair, no duplicates");
+    wait_reachable(&fleet, "x", &["a"]).await;
+    assert_eq!(fleet.lost_count(), 0);
+}
+}
+
+on_both_backends! {
+/// Scenario: every node dies and comes back at once on another endpoint,
+/// within the departure grace, so the links survive the crash and must
+/// follow the nodes: each is re-pointed at its destination's new endpoint,
+/// claimed again, and the name is reachable again over what nodes hold.
+async fn every_node_restarts_at_once_on_another_endpoint_within_the_grace() {
+    let cp = mk_cp(mk_links(MESH)).await;
+    let mut fleet = mk_fleet(&cp, &["a", "b", "c", "d"], 3).await;
+    wait_links(&cp, &fleet, 6).await;
+    let name = ["org", "ns", "x"];
+    fleet.node("a/n1").unwrap().announce(name).unwrap();
+    wait_reachable(&fleet, "x", &["a"]).await;
+    let crashed = std::time::Instant::now();
+    fleet.crash_all();
+    let moved = respawn_all_elsewhere(&mut fleet).await;
+    eprintln!("every node back after {:?}", crashed.elapsed());
+    // A new process has no local apps yet: the app subscribes again.
+    fleet.node("a/n1").unwrap().announce(name).unwrap();
+    let links = wait_links(&cp, &fleet, 6).await;
+    assert_links_point_at(&links, &moved);
+    let pairs = group_pairs(&links);
+    assert_eq!(pairs.len(), 6, "one link per pair");
     wait_reachable(&fleet, "x", &["a"]).await;
     assert_eq!(fleet.lost_count(), 0);
 }
@@ -292,10 +324,7 @@ async fn two_hundred_nodes_give_exactly_one_link_per_pair() {
     let sized: Vec<(&str, usize)> = groups.iter().map(|g| (g.as_str(), 10)).collect();
     let fleet = mk_fleet_sized(&cp, &sized).await;
     let links = wait_links(&cp, &fleet, 190).await;
-    let pairs: BTreeSet<_> = links
-        .iter()
-        .map(|l| slim_cp::store::model::edge(&l.source_group, &l.dest_group))
-        .collect();
+    let pairs = group_pairs(&links);
     assert_eq!(pairs.len(), 190);
     let held: usize = fleet.nodes().iter().map(|n| n.connections().len()).sum();
     assert_eq!(

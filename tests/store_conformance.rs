@@ -42,6 +42,7 @@ mod postgres_backend {
             status_msg: String::new(),
             deleted,
             updated_at: 7,
+            claim: None,
         }
     }
 

@@ -203,6 +203,7 @@ mod tests {
             status_msg: String::new(),
             deleted: false,
             updated_at: 0,
+            claim: None,
         }
     }
 

@@ -33,7 +33,9 @@ pub struct Ctx {
 impl Ctx {
     async fn graphs(&self) -> Result<Vec<SegmentGraph>, Status> {
         let nodes = self.store.list_nodes().await.map_err(errors::from_store)?;
-        let groups = links::active_groups(&nodes, crate::clock::unix_now());
+        // Grace is judged on the store's clock, as the leader judges it.
+        let now = self.store.now().await.map_err(errors::from_store)?;
+        let groups = links::active_groups(&nodes, now);
         let stored = match self.topology {
             TopologyConfig::Api => self
                 .store

@@ -7,7 +7,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tracing::warn;
 
-use crate::clock::unix_now;
 use crate::config::TopologyConfig;
 use crate::routing::{links, routes, templates, topology};
 use crate::store::model::Route;
@@ -40,7 +39,8 @@ pub async fn derive(
         TopologyConfig::Api => store.list_segments().await?,
         _ => Vec::new(),
     };
-    let now = unix_now();
+    // The database's clock, like the departure stamps it is compared with.
+    let now = store.now().await?;
     let groups = links::active_groups(&nodes, now);
     let graphs = topology::resolve(mode, &segments, &groups);
     let plan = links::plan(&nodes, &stored_links, &graphs, now, &mut || {
@@ -102,8 +102,10 @@ fn log_links(plan: &links::LinkPlan) {
     for l in &plan.upserts {
         let what = if l.deleted {
             "link deleted"
-        } else if l.dest_node.is_some() && l.status == crate::store::model::LinkStatus::Applied {
+        } else if l.claim.is_some() {
             "link claimed"
+        } else if l.dest_node.is_some() {
+            "link awaits a new claim"
         } else {
             "link planned"
         };

@@ -14,6 +14,7 @@ fn mk_link(id: &str, source: &str, deleted: bool) -> Link {
         status_msg: String::new(),
         deleted,
         updated_at: 0,
+        claim: None,
     }
 }
 

@@ -1,19 +1,28 @@
-//! Link planning: from the current facts (ready nodes, their claims, the
-//! topology) and the stored links, the changes that give every allowed
-//! group pair exactly one live link.
+//! Link planning: from the current facts (the nodes' registrations and
+//! sessions, their claims, the topology) and the stored links, the changes
+//! that give every allowed group pair exactly one live link.
 //!
 //! Links are sticky: a valid link is kept even if a newer node would win
 //! the gateway choice, so arrivals never move traffic. A link changes only
-//! when an end departs: a departed source moves to a sibling (same link id,
-//! Pending, destination cleared so it is claimed again); a departed
-//! destination is deleted and recreated towards a sibling.
+//! when an end departs or stops being what the link says: a departed source
+//! moves to a sibling (same link id, Pending, destination cleared so it is
+//! claimed again); a departed destination, or one that came back on another
+//! endpoint, gets the link deleted and recreated (the source would keep
+//! dialling the old endpoint otherwise).
+//!
+//! Nothing here trusts what an earlier leader did: a claim records the
+//! session generations of both ends, and a connection does not survive a
+//! new session of either end (the source drops its outgoing connections
+//! when it registers again; a restarted process has none). So a claimed
+//! link whose end has a newer session is only Connecting until its
+//! destination claims it again, whoever planned it before.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::gateway;
 use super::linkconfig;
 use super::topology::{SegmentGraph, may_link};
-use crate::store::model::{DepartureKind, Link, LinkStatus, NodeRecord, edge};
+use crate::store::model::{Claim, DepartureKind, Link, LinkStatus, NodeRecord, edge};
 
 /// The ready nodes of one group, sorted by id.
 pub type Members<'a> = BTreeMap<String, Vec<&'a NodeRecord>>;
@@ -72,8 +81,9 @@ pub struct LinkPlan {
     pub upserts: Vec<Link>,
     /// Tombstones whose source no longer holds the connection.
     pub hard_deletes: Vec<String>,
-    /// `(node, link_id)` claim facts that refer to a connection that no
-    /// longer exists and must not claim the link again.
+    /// `(node, link_id)` claim facts that are spent: they claimed the link,
+    /// or refer to a connection that no longer exists. Either way they
+    /// must not claim it for a later session.
     pub consumed_claims: Vec<(String, String)>,
     /// Allowed pairs that cannot link: neither group has an external endpoint.
     pub unlinkable: Vec<(String, String)>,
@@ -92,7 +102,13 @@ struct Group<'a> {
 impl<'a> Group<'a> {
     /// Whether `id` is a node of this group that still holds its links.
     fn holds(&self, id: &str, ctx: &Ctx<'_>) -> bool {
-        ctx.holding.contains(id) && ctx.group_of.get(id) == Some(&self.name)
+        ctx.holding.contains(id) && ctx.group_of(id) == Some(self.name)
+    }
+
+    /// The external endpoint of the ready member `id`; `None` if `id` is
+    /// not a ready member, `Some(None)` if it has no external endpoint.
+    fn endpoint_of(&self, id: &str) -> Option<Option<&'a str>> {
+        self.nodes.iter().find(|n| n.id == id).map(|n| external(n))
     }
 
     fn with_external(&self) -> impl Iterator<Item = (&'a str, &'a str)> + '_ {
@@ -106,11 +122,11 @@ impl<'a> Group<'a> {
     }
 
     /// The member holding a connection of `link_id` towards it.
-    fn claimant(&self, link_id: &str) -> Option<&'a str> {
+    fn claimant(&self, link_id: &str) -> Option<&'a NodeRecord> {
         self.nodes
             .iter()
+            .copied()
             .find(|n| holds_incoming(n, link_id))
-            .map(|n| n.id.as_str())
     }
 }
 
@@ -142,14 +158,10 @@ pub fn plan(
 ) -> LinkPlan {
     let members = members(nodes);
     let (holding, recheck_in) = holding(nodes, now);
-    let group_of = nodes
-        .iter()
-        .filter_map(|n| Some((n.id.as_str(), n.group.as_deref()?)))
-        .collect();
     let ctx = Ctx {
         members: &members,
         holding,
-        group_of,
+        nodes: nodes.iter().map(|n| (n.id.as_str(), n)).collect(),
         now,
     };
     let mut out = LinkPlan {
@@ -174,7 +186,7 @@ pub fn plan(
     let groups: Vec<&str> = ctx
         .holding
         .iter()
-        .filter_map(|id| ctx.group_of.get(id).copied())
+        .filter_map(|id| ctx.group_of(id))
         .collect::<BTreeSet<&str>>()
         .into_iter()
         .collect();
@@ -205,7 +217,7 @@ pub fn plan(
 struct Ctx<'a> {
     members: &'a Members<'a>,
     holding: BTreeSet<&'a str>,
-    group_of: HashMap<&'a str, &'a str>,
+    nodes: HashMap<&'a str, &'a NodeRecord>,
     now: i64,
 }
 
@@ -215,6 +227,37 @@ impl<'a> Ctx<'a> {
         Group {
             name,
             nodes: self.members.get(name).map_or(empty, Vec::as_slice),
+        }
+    }
+
+    fn group_of(&self, id: &str) -> Option<&'a str> {
+        self.nodes.get(id)?.group.as_deref()
+    }
+
+    /// A claim made now by `dest` for a link from `source`: the latest
+    /// session each has started (the ended one, for a node within its
+    /// grace, so that its return counts as newer).
+    fn claim_now(&self, source: &str, dest: &str) -> Claim {
+        let generation = |id: &str| self.nodes.get(id).map_or(0, |n| n.generation);
+        Claim {
+            source_generation: generation(source),
+            dest_generation: generation(dest),
+        }
+    }
+
+    /// Whether the link's claim still stands: neither end has a session
+    /// newer than the one it was claimed under. A node without a session
+    /// (within its grace) has started nothing newer.
+    fn claim_current(&self, link: &Link) -> bool {
+        let newer = |id: &str, claimed: u64| {
+            let session = self.nodes.get(id).and_then(|n| n.session.as_ref());
+            session.is_some_and(|s| s.generation > claimed)
+        };
+        match (link.claim, link.dest_node.as_deref()) {
+            (Some(c), Some(d)) => {
+                !newer(&link.source_node, c.source_generation) && !newer(d, c.dest_generation)
+            }
+            _ => false,
         }
     }
 }
@@ -247,8 +290,8 @@ fn plan_pair<'a>(
             continue;
         }
         match revise(ctx, l, out) {
-            Some(link) => kept = Some(link),
-            None => tombstone(l, "its destination departed", ctx, out),
+            Ok(link) => kept = Some(link),
+            Err(why) => tombstone(l, &why, ctx, out),
         }
     }
     let link = kept.or_else(|| create(ctx, a, b, new_id, out));
@@ -257,45 +300,117 @@ fn plan_pair<'a>(
     }
 }
 
-/// The link kept up to date (moved and/or claimed), or `None` if its
-/// destination is gone and it must be recreated.
-fn revise(ctx: &Ctx<'_>, l: &Link, out: &mut LinkPlan) -> Option<Link> {
+const DEPARTED: &str = "its destination departed";
+
+/// The link kept up to date (moved, claimed, or awaiting a new claim), or
+/// why it must go and be recreated.
+fn revise(ctx: &Ctx<'_>, l: &Link, out: &mut LinkPlan) -> Result<Link, String> {
     let (src, dst) = (ctx.group(&l.source_group), ctx.group(&l.dest_group));
-    let dest_ok = match &l.dest_node {
-        Some(d) => dst.holds(d, ctx),
-        None => dst.serves(&l.dest_endpoint),
-    };
-    if !dest_ok {
-        return None;
+    if let Some(why) = destination_lost(ctx, &dst, l) {
+        return Err(why);
     }
     let mut link = l.clone();
-    let mut changed = false;
-    if !src.holds(&l.source_node, ctx) {
-        let key = pair_key(&l.source_group, &l.dest_group);
-        let sibling = gateway::choose(&key, src.nodes.iter().map(|n| n.id.as_str()))?;
-        // The old connection's claim must not claim the moved link: only the
-        // new source's connection may.
-        link.dest_node = None;
-        for n in dst.nodes.iter().filter(|n| holds_incoming(n, &l.link_id)) {
-            out.consumed_claims.push((n.id.clone(), l.link_id.clone()));
-        }
-        link.status_msg = format!("gateway moved from {} to {sibling}", l.source_node);
-        link.source_node = sibling.to_string();
-        link.status = LinkStatus::Pending;
-        changed = true;
-    } else if link.dest_node.is_none()
-        && let Some(claimant) = dst.claimant(&link.link_id)
-    {
-        link.dest_node = Some(claimant.to_string());
-        link.status = LinkStatus::Applied;
-        link.status_msg = String::new();
-        changed = true;
-    }
+    let changed = if src.holds(&l.source_node, ctx) {
+        settle_claim(ctx, &dst, &mut link, out)
+    } else {
+        move_source(&src, &dst, &mut link, out)?;
+        true
+    };
     if changed {
         link.updated_at = ctx.now;
         out.upserts.push(link.clone());
     }
-    Some(link)
+    Ok(link)
+}
+
+/// Why the link's destination can no longer take it, if it cannot: its
+/// claimed node departed or is ready on another endpoint than the one the
+/// source dials; or, unclaimed, no ready node serves that endpoint. A node
+/// still registering (or within its grace) is left alone until it is
+/// ready: only then is it a candidate for the recreated link, so the
+/// recreation points at it again rather than at a sibling.
+fn destination_lost(ctx: &Ctx<'_>, dst: &Group<'_>, l: &Link) -> Option<String> {
+    let Some(d) = l.dest_node.as_deref() else {
+        return (!dst.serves(&l.dest_endpoint)).then(|| DEPARTED.to_string());
+    };
+    if !dst.holds(d, ctx) {
+        return Some(DEPARTED.to_string());
+    }
+    match dst.endpoint_of(d)? {
+        Some(e) if e == l.dest_endpoint => None,
+        Some(e) => Some(format!("its destination {d} moved to {e}")),
+        None => Some(format!("its destination {d} has no external endpoint")),
+    }
+}
+
+/// Moves the link of a departed source to a sibling in its group.
+fn move_source(
+    src: &Group<'_>,
+    dst: &Group<'_>,
+    link: &mut Link,
+    out: &mut LinkPlan,
+) -> Result<(), String> {
+    let key = pair_key(&link.source_group, &link.dest_group);
+    let sibling = gateway::choose(&key, src.nodes.iter().map(|n| n.id.as_str()))
+        .ok_or("its source departed and no sibling is ready")?;
+    // The old connection's claim must not claim the moved link: only the
+    // new source's connection may.
+    for n in dst
+        .nodes
+        .iter()
+        .filter(|n| holds_incoming(n, &link.link_id))
+    {
+        out.consumed_claims
+            .push((n.id.clone(), link.link_id.clone()));
+    }
+    link.status_msg = format!("gateway moved from {} to {sibling}", link.source_node);
+    link.source_node = sibling.to_string();
+    link.dest_node = None;
+    link.claim = None;
+    link.status = LinkStatus::Pending;
+    Ok(())
+}
+
+/// Brings a kept link's claim in line with the facts; returns whether the
+/// link changed. A claim fact from the destination claims the link (again)
+/// under both ends' current sessions. Without one, a claim that an end's
+/// newer session outdated leaves the link Connecting: the destination stays
+/// its gateway (routes over it are kept, so a reconnect does not churn
+/// them) until it reports the connection again.
+fn settle_claim(ctx: &Ctx<'_>, dst: &Group<'_>, link: &mut Link, out: &mut LinkPlan) -> bool {
+    let claimant = match link.dest_node.as_deref() {
+        Some(d) => ctx
+            .nodes
+            .get(d)
+            .copied()
+            .filter(|n| holds_incoming(n, &link.link_id)),
+        None => dst.claimant(&link.link_id),
+    };
+    if let Some(c) = claimant {
+        // Spent even when the claim already stands: left behind, it would
+        // claim the link for a later session it says nothing about.
+        out.consumed_claims
+            .push((c.id.clone(), link.link_id.clone()));
+        if link.status == LinkStatus::Applied && ctx.claim_current(link) {
+            return false;
+        }
+        link.claim = Some(ctx.claim_now(&link.source_node, &c.id));
+        link.dest_node = Some(c.id.clone());
+        link.status = LinkStatus::Applied;
+        link.status_msg = String::new();
+        return true;
+    }
+    let Some(d) = link.dest_node.as_deref() else {
+        return false;
+    };
+    let awaiting = link.claim.is_none() && link.status != LinkStatus::Applied;
+    if awaiting || ctx.claim_current(link) {
+        return false;
+    }
+    link.status_msg = format!("an end registered again: waiting for {d} to claim it again");
+    link.claim = None;
+    link.status = LinkStatus::Connecting;
+    true
 }
 
 /// A new link for the pair: towards the group with an external endpoint
@@ -335,6 +450,7 @@ fn create<'a>(
         status_msg: String::new(),
         deleted: false,
         updated_at: ctx.now,
+        claim: None,
     };
     out.upserts.push(link.clone());
     Some(link)

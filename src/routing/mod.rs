@@ -9,4 +9,6 @@ pub mod templates;
 pub mod topology;
 
 #[cfg(test)]
+mod claims_tests;
+#[cfg(test)]
 mod plan_tests;

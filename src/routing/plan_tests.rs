@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use super::links::{active_groups, plan};
+use super::links::{LinkPlan, active_groups, plan};
 use super::routes::expand;
 use super::topology::{SegmentGraph, resolve};
 use crate::config::{AdjacencyEntry, SegmentConfig, TopologyConfig};
@@ -11,7 +11,7 @@ use crate::store::model::{
     Template,
 };
 
-fn mk_node(group: &str, node: &str) -> NodeRecord {
+pub(super) fn mk_node(group: &str, node: &str) -> NodeRecord {
     NodeRecord {
         id: format!("{group}/{node}"),
         group: Some(group.into()),
@@ -38,12 +38,12 @@ fn mk_node(group: &str, node: &str) -> NodeRecord {
     }
 }
 
-fn mk_graphs(mode: &TopologyConfig, nodes: &[NodeRecord]) -> Vec<SegmentGraph> {
+pub(super) fn mk_graphs(mode: &TopologyConfig, nodes: &[NodeRecord]) -> Vec<SegmentGraph> {
     let groups: BTreeSet<String> = nodes.iter().filter_map(|n| n.group.clone()).collect();
     resolve(mode, &[], &groups)
 }
 
-fn mesh() -> TopologyConfig {
+pub(super) fn mesh() -> TopologyConfig {
     TopologyConfig::Links(vec![AdjacencyEntry {
         group: "*".into(),
         neighbors: vec!["*".into()],
@@ -62,7 +62,7 @@ fn chain(groups: &[&str]) -> TopologyConfig {
     )
 }
 
-fn ids() -> impl FnMut() -> String {
+pub(super) fn ids() -> impl FnMut() -> String {
     let mut n = 0;
     move || {
         n += 1;
@@ -70,23 +70,32 @@ fn ids() -> impl FnMut() -> String {
     }
 }
 
+/// Applies a plan as the store would: its links, and its spent claims.
+pub(super) fn apply(p: &LinkPlan, nodes: &mut [NodeRecord], stored: &mut Vec<Link>) {
+    for l in &p.upserts {
+        stored.retain(|s| s.link_id != l.link_id);
+        stored.push(l.clone());
+    }
+    stored.retain(|s| !p.hard_deletes.contains(&s.link_id));
+    for (node, link) in &p.consumed_claims {
+        for n in nodes.iter_mut().filter(|n| &n.id == node) {
+            n.received_links.retain(|l| l != link);
+            n.reported_connections
+                .retain(|c| !(c.incoming && &c.link_id == link));
+        }
+    }
+}
+
 /// Plans until nothing changes, claiming every link as a real destination
 /// would, and returns the live links.
-fn converge(nodes: &mut [NodeRecord], mode: &TopologyConfig) -> Vec<Link> {
+pub(super) fn converge(nodes: &mut [NodeRecord], mode: &TopologyConfig) -> Vec<Link> {
     let graphs = mk_graphs(mode, nodes);
     let mut stored: Vec<Link> = Vec::new();
     let mut new_id = ids();
     for _ in 0..5 {
         let p = plan(nodes, &stored, &graphs, 0, &mut new_id);
-        for l in &p.upserts {
-            stored.retain(|s| s.link_id != l.link_id);
-            stored.push(l.clone());
-        }
-        stored.retain(|s| !p.hard_deletes.contains(&s.link_id));
-        for l in stored
-            .iter()
-            .filter(|l| !l.deleted && l.dest_node.is_none())
-        {
+        apply(&p, nodes, &mut stored);
+        for l in stored.iter().filter(|l| !l.deleted && l.claim.is_none()) {
             if let Some(n) = nodes.iter_mut().find(|n| {
                 Some(&l.dest_endpoint) == n.connection_details[0].external_endpoint.as_ref()
             }) {
@@ -97,14 +106,14 @@ fn converge(nodes: &mut [NodeRecord], mode: &TopologyConfig) -> Vec<Link> {
     stored.into_iter().filter(|l| !l.deleted).collect()
 }
 
-fn mk_name(last: &str) -> Name {
+pub(super) fn mk_name(last: &str) -> Name {
     Name {
         components: ["org".into(), "ns".into(), last.into()],
         id: None,
     }
 }
 
-fn mk_template(node: &str, seq: u64) -> Template {
+pub(super) fn mk_template(node: &str, seq: u64) -> Template {
     Template {
         name: mk_name("app"),
         node: node.into(),
@@ -163,6 +172,9 @@ fn a_departed_source_moves_to_a_sibling_and_is_claimed_again() {
     let live = converge(&mut nodes, &mesh());
     let source = live[0].source_node.clone();
     nodes.retain(|n| n.id != source);
+    // A late report of the old connection: it must not claim the moved link.
+    let dest = nodes.iter_mut().find(|n| n.id == "b/n1").unwrap();
+    dest.received_links.push(live[0].link_id.clone());
     let p = plan(&nodes, &live, &mk_graphs(&mesh(), &nodes), 0, &mut ids());
     let moved = &p.upserts[0];
     assert_eq!(moved.link_id, live[0].link_id, "same link id");
@@ -290,7 +302,7 @@ fn chain_routes_go_up_to_the_first_announcer_and_down_to_later_ones() {
 }
 
 #[test]
-fn routes_wait_for_an_applied_link() {
+fn routes_wait_for_a_claimed_link() {
     let nodes = vec![mk_node("a", "n1"), mk_node("b", "n1")];
     let graphs = mk_graphs(&mesh(), &nodes);
     let p = plan(&nodes, &[], &graphs, 0, &mut ids());

@@ -6,12 +6,13 @@
 //! towards its parent); each later announcer gets downward routes on every
 //! group from the root down to it. Trees follow the topology graph (unit
 //! weights, neighbours visited in name order, so ties break the same way on
-//! any leader); a route appears once the link of its tree edge is live.
+//! any leader); a route appears once the link of its tree edge is live and
+//! claimed by a gateway on each side.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use super::topology::SegmentGraph;
-use crate::store::model::{Link, LinkStatus, Name, NodeRecord, Route, RouteStatus, Template, edge};
+use crate::store::model::{Link, Name, NodeRecord, Route, RouteStatus, Template, edge};
 
 /// An established link seen from both groups: who is the gateway on each side.
 struct Realized<'a> {
@@ -28,10 +29,15 @@ impl Realized<'_> {
     }
 }
 
+/// Links with a gateway at both ends: live and claimed at least once by
+/// their destination. The status does not matter: a claimed link whose end
+/// registered again is Connecting (or Failed) until it is claimed again,
+/// and dropping its routes meanwhile would delete and re-add them on every
+/// reconnect.
 fn realized(links: &[Link]) -> HashMap<(String, String), Realized<'_>> {
     links
         .iter()
-        .filter(|l| !l.deleted && l.status == LinkStatus::Applied)
+        .filter(|l| !l.deleted)
         .filter_map(|l| {
             let dest = l.dest_node.as_deref()?;
             let gateways = [

@@ -11,6 +11,9 @@ use super::model::{
 use super::{ChangeSet, Store};
 use crate::store::StoreError;
 
+mod claims;
+pub use claims::{link_claims_round_trip, now_is_the_clock_of_the_stamps};
+
 /// Expands to one `#[tokio::test]` per conformance case. `$make` is an
 /// expression of a future yielding something that derefs to a fresh store.
 #[macro_export]
@@ -40,7 +43,9 @@ macro_rules! store_conformance_tests {
             link_answers_follow_the_status_rules,
             route_marks_need_the_route,
             one_live_link_per_group_pair,
-            a_restarted_replica_ends_its_earlier_sessions
+            a_restarted_replica_ends_its_earlier_sessions,
+            link_claims_round_trip,
+            now_is_the_clock_of_the_stamps
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -93,6 +98,7 @@ fn mk_link(id: &str, source: &str, deleted: bool) -> Link {
         status_msg: String::new(),
         deleted,
         updated_at: 0,
+        claim: None,
     }
 }
 

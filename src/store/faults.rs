@@ -70,6 +70,7 @@ delegate! {
     fn end_session(&self, node: &str, session: Uuid, kind: DepartureKind) -> bool;
     fn record_announcements(&self, node: &str, session: Uuid, set: &[Name], withdraw: &[Name]) -> ();
     fn record_received(&self, node: &str, session: Uuid, link_ids: &[String]) -> ();
+    fn now(&self) -> i64;
     fn get_node(&self, node: &str) -> Option<NodeRecord>;
     fn list_nodes(&self) -> Vec<NodeRecord>;
     fn forget_node(&self, node: &str, generation: u64) -> bool;

@@ -192,6 +192,11 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    async fn now(&self) -> Result<i64, StoreError> {
+        // One process: its clock is the one every stamp here was taken with.
+        Ok(unix_now())
+    }
+
     async fn get_node(&self, node: &str) -> Result<Option<NodeRecord>, StoreError> {
         Ok(self.lock().nodes.get(node).cloned())
     }

@@ -136,6 +136,13 @@ pub trait Store: Send + Sync + 'static {
         link_ids: &[String],
     ) -> Result<(), StoreError>;
 
+    /// The store's clock, in Unix seconds: the clock its own stamps (a
+    /// node's `updated_at`) are written with, so a stamp written before the
+    /// call is never later than the result. Decisions about liveness and
+    /// grace compare stamps with this, never with a replica's wall clock,
+    /// which may be skewed against the database and the other replicas.
+    async fn now(&self) -> Result<i64, StoreError>;
+
     /// The node's record, if any.
     async fn get_node(&self, node: &str) -> Result<Option<NodeRecord>, StoreError>;
 

@@ -162,6 +162,18 @@ pub enum LinkStatus {
     Failed,
 }
 
+/// Who a link's destination was when it claimed the link: the session
+/// generations of both ends at that moment. A connection lives no longer
+/// than the sessions it was negotiated under (a node drops its outgoing
+/// connections when it registers again, and a restarted process has none),
+/// so once either end has a newer session the claim says nothing about what
+/// the nodes hold, and the link needs a fresh claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claim {
+    pub source_generation: u64,
+    pub dest_generation: u64,
+}
+
 /// A desired connection from `source_node` to a node of `dest_group`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Link {
@@ -169,7 +181,8 @@ pub struct Link {
     pub source_node: NodeId,
     pub source_group: String,
     pub dest_group: String,
-    /// Empty until the destination claims the link.
+    /// Empty until the destination claims the link; kept while a claimed
+    /// link waits to be claimed again (see `claim`).
     pub dest_node: Option<NodeId>,
     pub dest_endpoint: String,
     /// The data plane's client configuration (JSON) sent to the source.
@@ -178,6 +191,11 @@ pub struct Link {
     pub status_msg: String,
     pub deleted: bool,
     pub updated_at: i64,
+    /// The sessions the destination's claim was accepted under; `None`
+    /// until claimed, and again while a claimed link whose end registered
+    /// anew waits for its destination to claim it again.
+    #[serde(default)]
+    pub claim: Option<Claim>,
 }
 
 /// Route lifecycle, as the northbound API reports it.

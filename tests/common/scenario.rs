@@ -2,7 +2,7 @@
 //! replica with a topology, a simulated fleet against it, and waits that
 //! check what the nodes hold as well as what the store says.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use slim_cp::config::{AdjacencyEntry, ReconcilerConfig, TopologyConfig};
@@ -42,6 +42,19 @@ pub async fn mk_fleet(cp: &Running, groups: &[&str], per_group: usize) -> SimFle
     mk_fleet_sized(cp, &sized).await
 }
 
+/// Fleet options for tests: `nodes_per_channel` nodes share an HTTP/2
+/// connection (1: each node dials its own, like a real one), and a node
+/// not yet able to reach the control plane retries quickly.
+pub fn fleet_options(nodes_per_channel: usize) -> FleetOptions {
+    FleetOptions {
+        nodes_per_channel,
+        node: SimOptions {
+            connect_retry_interval: Duration::from_millis(50),
+            ..SimOptions::default()
+        },
+    }
+}
+
 /// The data-plane endpoint of the `i`-th simulated node (in-memory
 /// network: the ports are names, nothing listens on them).
 fn endpoint(i: usize) -> String {
@@ -63,13 +76,7 @@ pub async fn mk_fleet_sized(cp: &Running, groups: &[(&str, usize)]) -> SimFleet 
             specs.push(mk_spec(g, &format!("n{i}"), endpoint(specs.len())));
         }
     }
-    let opts = FleetOptions {
-        nodes_per_channel: 8,
-        node: SimOptions {
-            connect_retry_interval: Duration::from_millis(50),
-            ..SimOptions::default()
-        },
-    };
+    let opts = fleet_options(8);
     let fleet = SimFleet::start(&format!("http://{}", cp.southbound_addr), specs, opts).unwrap();
     assert!(
         fleet.wait_all_registered(PATIENCE).await,
@@ -108,6 +115,46 @@ pub async fn respawn_elsewhere(fleet: &mut SimFleet, id: &str) -> String {
     let moved = endpoint(10_000 + fleet.nodes().len());
     spawn_at(fleet, group, node, moved.clone()).await;
     moved
+}
+
+/// Starts every node of the fleet again on a new endpoint (their old
+/// processes must be gone), all at once, and waits until every one is
+/// registered; returns the new endpoints by node id.
+pub async fn respawn_all_elsewhere(fleet: &mut SimFleet) -> BTreeMap<String, String> {
+    let ids: Vec<String> = fleet
+        .nodes()
+        .iter()
+        .map(|n| n.effective_id().to_string())
+        .collect();
+    let mut moved = BTreeMap::new();
+    for (i, id) in ids.into_iter().enumerate() {
+        let (group, node) = id.split_once('/').expect("group/node");
+        let at = endpoint(15_000 + i);
+        fleet
+            .spawn(mk_spec(group, node, at.clone()))
+            .expect("spawned");
+        moved.insert(id, at);
+    }
+    assert!(
+        fleet.wait_all_registered(PATIENCE).await,
+        "lost: {:?}",
+        fleet.lost()
+    );
+    moved
+}
+
+/// Asserts that every link points at the endpoint its destination node
+/// now serves (`endpoints`, by node id).
+pub fn assert_links_point_at(links: &[Link], endpoints: &BTreeMap<String, String>) {
+    for l in links {
+        let dest = l.dest_node.as_deref().expect("a claimed link");
+        assert_eq!(
+            Some(&l.dest_endpoint),
+            endpoints.get(dest),
+            "link {} towards {dest}",
+            l.link_id
+        );
+    }
 }
 
 /// Waits until `last` is reachable from every group over what the nodes

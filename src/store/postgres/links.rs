@@ -3,24 +3,28 @@
 //! before live links, so replacing a pair's link inside one transaction
 //! never trips the index.
 
-use super::rows::{link_columns, link_from, link_status_from, link_status_sql};
+use super::rows::{claim_sql, link_columns, link_from, link_status_from, link_status_sql};
 use super::tx::{Db, TxError, execute, query_map, query_opt};
 use crate::store::model::Link;
 use crate::store::sent_status;
 
 const UPSERT: &str = "INSERT INTO links (link_id, source_node, source_group, dest_group, \
-       dest_node, dest_endpoint, config_data, status, status_msg, deleted, updated_at) \
-     SELECT l.id, l.sn, l.sg, l.dg, l.dn, l.ep, l.cfg, l.st, l.msg, l.del, to_timestamp(l.ts) \
+       dest_node, dest_endpoint, config_data, status, status_msg, deleted, updated_at, \
+       claim_source_generation, claim_dest_generation) \
+     SELECT l.id, l.sn, l.sg, l.dg, l.dn, l.ep, l.cfg, l.st, l.msg, l.del, to_timestamp(l.ts), \
+       l.cs, l.cd \
      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
-       $7::text[], $8::text[], $9::text[], $10::bool[], $11::int8[]) \
-       WITH ORDINALITY AS l(id, sn, sg, dg, dn, ep, cfg, st, msg, del, ts, ord) \
+       $7::text[], $8::text[], $9::text[], $10::bool[], $11::int8[], $12::int8[], $13::int8[]) \
+       WITH ORDINALITY AS l(id, sn, sg, dg, dn, ep, cfg, st, msg, del, ts, cs, cd, ord) \
      ORDER BY l.ord \
      ON CONFLICT (link_id) DO UPDATE SET source_node = EXCLUDED.source_node, \
        source_group = EXCLUDED.source_group, dest_group = EXCLUDED.dest_group, \
        dest_node = EXCLUDED.dest_node, dest_endpoint = EXCLUDED.dest_endpoint, \
        config_data = EXCLUDED.config_data, status = EXCLUDED.status, \
        status_msg = EXCLUDED.status_msg, deleted = EXCLUDED.deleted, \
-       updated_at = EXCLUDED.updated_at";
+       updated_at = EXCLUDED.updated_at, \
+       claim_source_generation = EXCLUDED.claim_source_generation, \
+       claim_dest_generation = EXCLUDED.claim_dest_generation";
 
 /// Inserts or replaces `links` (distinct ids), tombstones first. A link
 /// keeps the `updated_at` it is given: the caller stamped it.
@@ -40,6 +44,12 @@ async fn upsert_batch(db: &Db<'_>, links: &[&Link]) -> Result<(), TxError> {
     let status: Vec<&str> = links.iter().map(|l| link_status_sql(l.status)).collect();
     let deleted: Vec<bool> = links.iter().map(|l| l.deleted).collect();
     let ts: Vec<i64> = links.iter().map(|l| l.updated_at).collect();
+    let claims = links
+        .iter()
+        .map(|l| claim_sql(l.claim))
+        .collect::<Result<Vec<_>, _>>()?;
+    let (claim_source, claim_dest): (Vec<Option<i64>>, Vec<Option<i64>>) =
+        claims.into_iter().unzip();
     execute(
         db,
         UPSERT,
@@ -55,6 +65,8 @@ async fn upsert_batch(db: &Db<'_>, links: &[&Link]) -> Result<(), TxError> {
             &col(|l| &l.status_msg),
             &deleted,
             &ts,
+            &claim_source,
+            &claim_dest,
         ],
     )
     .await?;

@@ -9,7 +9,7 @@ use tokio_postgres::types::Json;
 
 use super::tx::TxError;
 use crate::store::model::{
-    ConnectionDetail, Departure, DepartureKind, Link, LinkStatus, Name, NodeRecord,
+    Claim, ConnectionDetail, Departure, DepartureKind, Link, LinkStatus, Name, NodeRecord,
     ReportedConnection, Route, RouteStatus, Session, SessionState, SpireMtls, Template,
 };
 
@@ -265,7 +265,8 @@ macro_rules! link_columns {
     () => {
         "link_id, source_node, source_group, dest_group, dest_node, dest_endpoint, \
          config_data, status, status_msg, deleted, \
-         floor(extract(epoch FROM updated_at))::bigint AS updated_ts"
+         floor(extract(epoch FROM updated_at))::bigint AS updated_ts, \
+         claim_source_generation, claim_dest_generation"
     };
 }
 pub(super) use link_columns;
@@ -283,7 +284,33 @@ pub(super) fn link_from(row: &Row) -> Result<Link, TxError> {
         status_msg: row.try_get("status_msg")?,
         deleted: row.try_get("deleted")?,
         updated_at: row.try_get("updated_ts")?,
+        claim: claim_from(row)?,
     })
+}
+
+/// The `claim_*` columns (the schema keeps them both set or both NULL).
+fn claim_from(row: &Row) -> Result<Option<Claim>, TxError> {
+    let source: Option<i64> = row.try_get("claim_source_generation")?;
+    let dest: Option<i64> = row.try_get("claim_dest_generation")?;
+    match (source, dest) {
+        (Some(s), Some(d)) => Ok(Some(Claim {
+            source_generation: to_u64(s)?,
+            dest_generation: to_u64(d)?,
+        })),
+        (None, None) => Ok(None),
+        _ => Err(TxError::Decode("half a link claim".into())),
+    }
+}
+
+/// A claim as its two columns.
+pub(super) fn claim_sql(claim: Option<Claim>) -> Result<(Option<i64>, Option<i64>), TxError> {
+    match claim {
+        Some(c) => Ok((
+            Some(to_i64(c.source_generation)?),
+            Some(to_i64(c.dest_generation)?),
+        )),
+        None => Ok((None, None)),
+    }
 }
 
 /// The columns [`route_from`] reads.

@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use super::tx::{Mode, Op};
+use super::tx::{Mode, Op, query_one};
 use super::{PgStore, changes, links, nodes, routes, templates, topology};
 use crate::store::model::{
     DepartureKind, DesiredState, Link, Name, NodeRecord, Registration, ReplicaRef, Route,
@@ -100,6 +100,17 @@ impl Store for PgStore {
         self.tx
             .run(write("record_received"), args, |db, (n, s, ids)| {
                 Box::pin(nodes::record_received(db, n, *s, ids))
+            })
+            .await
+    }
+
+    async fn now(&self) -> Result<i64, StoreError> {
+        // Floored like every stamp column is read, so a stamp written
+        // before this call never reads as later than its result.
+        const SQL: &str = "SELECT floor(extract(epoch FROM now()))::bigint";
+        self.tx
+            .run(read("now"), (), |db, _| {
+                Box::pin(async move { Ok(query_one(db, SQL, &[]).await?.try_get(0)?) })
             })
             .await
     }
