@@ -11,6 +11,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/data-plane/v1/data_plane.proto",
         "proto/controller/v1/controller.proto",
         "proto/controlplane/v1/controlplane.proto",
+        "proto/slimcp/v1/cluster.proto",
     ]
     .map(PathBuf::from);
     tonic_prost_build::configure().compile_with_config(prost, &protos, &includes)?;

@@ -30,9 +30,19 @@ pub mod controlplane {
     }
 }
 
+pub mod slimcp {
+    pub mod proto {
+        pub mod v1 {
+            tonic::include_proto!("slimcp.proto.v1");
+        }
+    }
+}
+
 /// `controller.proto.v1`: the southbound stream.
 pub use controller::proto::v1 as sb;
 /// `controlplane.proto.v1`: the northbound operator API.
 pub use controlplane::proto::v1 as nb;
 /// `dataplane.proto.v1`: names.
 pub use dataplane::proto::v1 as dp;
+/// `slimcp.proto.v1`: slim-cp's relay and admin services.
+pub use slimcp::proto::v1 as cluster;

@@ -1,7 +1,7 @@
 //! The `slim-cp` binary as an operator runs it: `serve` on the memory
-//! store and on Postgres (migrating on start), `migrate`, a second replica
-//! on the same database refused, and a bad configuration refused with the
-//! key and line.
+//! store and on Postgres (migrating on start), `migrate`, replica ids
+//! (a duplicate refused), `status`, and a bad configuration refused with
+//! the key and line.
 
 mod common;
 
@@ -104,29 +104,67 @@ fn bad_configuration_is_refused_with_key_and_line() {
     );
 }
 
-/// Scenario: Postgres — `migrate` prepares a database, `serve` runs on it,
-/// and a second replica on the same database is refused with a message.
+/// A replica of a cluster on `db`, its relay on loopback.
+fn clustered(nb: u16, sb: u16, db: &str, id: &str) -> String {
+    let relay = free_port();
+    let cluster = format!(
+        "cluster:\n  replica_id: {id}\n  relay: {{endpoint: \"127.0.0.1:{relay}\"}}\n  \
+         replica_ttl: 2s\n"
+    );
+    config(nb, sb, &format!("{db}{cluster}"))
+}
+
+/// Scenario: Postgres — `migrate` prepares a database and `serve` runs on
+/// it; a second process with the same replica id is refused with a
+/// message (never the URL), one with its own id joins, and `status` shows
+/// both, one of them leading.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_serve_migrate_and_single_replica_guard() {
+async fn postgres_serve_migrate_and_replica_ids() {
     let url = pg_url_for(&fresh_pg_database().await);
     let db = format!("database:\n  type: postgres\n  url: \"{url}\"\n");
     let (nb, sb) = (free_port(), free_port());
-    let path = write_config(&config(nb, sb, &db));
+    let path = write_config(&clustered(nb, sb, &db, "cp-a"));
     let out = slim_cp(&["migrate", "--config", &path.0.display().to_string()])
         .output()
         .expect("runs");
     assert!(out.status.success(), "{}", text(&out));
     let _first = serve(&path.0, nb);
-    let (nb2, sb2) = (free_port(), free_port());
-    let second = write_config(&config(nb2, sb2, &db));
-    let out = slim_cp(&["serve", "--config", &second.0.display().to_string()])
+    let twin = write_config(&clustered(free_port(), free_port(), &db, "cp-a"));
+    let out = slim_cp(&["serve", "--config", &twin.0.display().to_string()])
         .output()
         .expect("runs");
     assert!(!out.status.success());
     let said = text(&out);
-    assert!(said.contains("another slim-cp replica"), "{said}");
+    assert!(
+        said.contains("in use by another running slim-cp replica"),
+        "{said}"
+    );
     assert!(
         !said.contains("postgres://"),
         "the URL is never printed: {said}"
     );
+
+    let nb2 = free_port();
+    let other = write_config(&clustered(nb2, free_port(), &db, "cp-b"));
+    let _second = serve(&other.0, nb2);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = slim_cp(&["status", "--server", &format!("127.0.0.1:{nb2}"), "--json"])
+            .output()
+            .expect("runs");
+        let status: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+        let replicas = status["replicas"].as_array().cloned().unwrap_or_default();
+        let alive = replicas.iter().filter(|r| r["alive"] == true).count();
+        let leaders = replicas.iter().filter(|r| r["leader"] == true).count();
+        if alive == 2 && leaders == 1 && status["epoch"].as_u64() >= Some(1) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "status never showed the cluster: {}",
+            text(&out)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

@@ -291,7 +291,7 @@ async fn failing_node_goes_failed_then_recovers_on_the_sweep() {
     })
     .await;
     wait_for("the queue gives up on the node", || async {
-        let c = cp.queue.counters();
+        let c = cp.queue().map(|q| q.counters()).unwrap_or_default();
         if c.drops >= 1 {
             Ok(())
         } else {

@@ -3,6 +3,8 @@
 
 mod common;
 
+use slim_cp::cluster::LeaderToken;
+
 use std::time::Duration;
 
 use common::{RawNode, announce, mk_register, mk_replica, start_replica, wait_count, wait_for};
@@ -269,7 +271,8 @@ async fn replies_are_correlated_and_strays_tolerated() {
 
     let transport = cp.transport.clone();
     let cmd = sb::ConfigurationCommand::default();
-    let call = tokio::spawn(async move { transport.send_command("edge/n1", cmd, 1).await });
+    let token = LeaderToken::solo(1);
+    let call = tokio::spawn(async move { transport.send_command("edge/n1", cmd, &token).await });
     let request_id = raw.recv().await.unwrap().unwrap().message_id;
     let ack = sb::ConfigurationCommandAck {
         original_message_id: request_id.clone(),
@@ -295,7 +298,11 @@ async fn commands_of_a_stale_epoch_are_fenced() {
     cp.transport.observe_epoch(5);
     let err = cp
         .transport
-        .send_command("edge/n1", sb::ConfigurationCommand::default(), 4)
+        .send_command(
+            "edge/n1",
+            sb::ConfigurationCommand::default(),
+            &LeaderToken::solo(4),
+        )
         .await;
     assert_eq!(
         err,

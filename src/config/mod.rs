@@ -15,6 +15,7 @@
 //! An empty file, or no file ([`Config::default`]), is a valid single-replica
 //! configuration: plaintext listeners on 50051/50052, memory store, API mode.
 
+mod cluster;
 mod database;
 mod duration;
 mod error;
@@ -30,6 +31,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use cluster::ClusterConfig;
 pub use database::DatabaseConfig;
 pub use duration::parse_duration;
 pub use error::ConfigError;
@@ -64,6 +66,8 @@ pub struct Config {
     pub topology: TopologySettings,
     /// Reconciler tuning.
     pub reconciler: ReconcilerConfig,
+    /// How replicas on one Postgres database work together.
+    pub cluster: ClusterConfig,
     /// Keys accepted for compatibility but without effect (dotted paths).
     ignored: Vec<String>,
 }
@@ -77,6 +81,7 @@ impl Default for Config {
             database: DatabaseConfig::default(),
             topology: TopologySettings::default(),
             reconciler: ReconcilerConfig::default(),
+            cluster: ClusterConfig::default(),
             ignored: Vec::new(),
         }
     }
@@ -155,6 +160,7 @@ impl Config {
             ));
         }
         self.reconciler.validate()?;
+        self.cluster.validate()?;
         self.topology.validate()
     }
 
@@ -177,6 +183,7 @@ struct RawConfig {
     database: Option<database::RawDatabase>,
     topology: Option<topology::RawTopology>,
     reconciler: Option<ReconcilerConfig>,
+    cluster: Option<cluster::RawCluster>,
 }
 
 impl RawConfig {
@@ -206,6 +213,16 @@ impl RawConfig {
             Some(raw) => raw.into_config(&mut ignored)?,
             None => TopologySettings::default(),
         };
+        if self.cluster.is_some() && database == DatabaseConfig::Memory {
+            // One replica: nothing to elect, relay or time.
+            ignored.push("cluster".into());
+        }
+        // Without a section too: Kubernetes sets the per-pod keys in the
+        // environment of a shared file.
+        let cluster = self
+            .cluster
+            .unwrap_or_default()
+            .into_config(&|name| std::env::var(name).ok())?;
         Ok(Config {
             tracing,
             northbound,
@@ -213,6 +230,7 @@ impl RawConfig {
             database,
             topology,
             reconciler: self.reconciler.unwrap_or_default(),
+            cluster,
             ignored,
         })
     }

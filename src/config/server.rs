@@ -65,7 +65,7 @@ impl ServerConfig {
 
 /// Splits `host:port`, explaining the schemes the reference's endpoint
 /// syntax allows but a control-plane listener cannot use.
-fn split_endpoint(endpoint: &str) -> Result<(&str, u16), String> {
+pub(crate) fn split_endpoint(endpoint: &str) -> Result<(&str, u16), String> {
     if let Some((scheme, _)) = endpoint.split_once("://") {
         let why = match scheme {
             "unix" => "unix sockets are not supported; listen on host:port",

@@ -27,7 +27,12 @@ pub fn from_transport(node: &str, e: TransportError) -> Status {
             Status::deadline_exceeded(format!("node {node} did not answer within {t:?}"))
         }
         TransportError::Refused(why) => Status::aborted(format!("node {node} refused: {why}")),
-        TransportError::Fenced { .. } | TransportError::UnexpectedReply => {
+        TransportError::Relay(why) => Status::unavailable(format!(
+            "the replica holding node {node}'s session did not answer ({why}); retry shortly"
+        )),
+        TransportError::Fenced { .. }
+        | TransportError::NotLeader(_)
+        | TransportError::UnexpectedReply => {
             Status::internal(format!("request to node {node} failed: {e}"))
         }
     }

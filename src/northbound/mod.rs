@@ -12,9 +12,9 @@ use std::sync::Arc;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
+use crate::cluster::Signals;
 use crate::config::TopologyConfig;
 use crate::proto::{nb, sb};
-use crate::reconcile::Signals;
 use crate::routing::links;
 use crate::routing::topology::{self as topo, SegmentGraph};
 use crate::store::Store;

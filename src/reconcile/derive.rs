@@ -74,7 +74,7 @@ pub async fn derive(
     }
     let changes = change_set(plan, desired, &stored_routes, &mut out.affected);
     out.changes = changes.put_links.len()
-        + changes.delete_links.len()
+        + changes.retire_links.len()
         + changes.put_routes.len()
         + changes.delete_routes.len();
     if !changes.is_empty() {
@@ -118,8 +118,8 @@ fn log_links(plan: &links::LinkPlan) {
             "{what}"
         );
     }
-    for id in &plan.hard_deletes {
-        tracing::info!(link = %id, "link removed (its source no longer holds it)");
+    for r in &plan.hard_deletes {
+        tracing::info!(link = %r.link_id, source = %r.source, "link removed (its source left)");
     }
 }
 
@@ -147,7 +147,8 @@ fn change_set(
     affected.extend(gone.iter().map(|r| r.source_node.clone()));
     ChangeSet {
         put_links: plan.upserts,
-        delete_links: plan.hard_deletes,
+        delete_links: Vec::new(),
+        retire_links: plan.hard_deletes,
         put_routes,
         delete_routes: gone.into_iter().map(|r| r.id.clone()).collect(),
         consume_claims: plan.consumed_claims,

@@ -12,9 +12,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::derive::derive;
-use super::inbox::{Inbox, Signals};
 use super::lifecycle::{Seen, Transition, transitions};
 use super::queue::WorkQueue;
+use crate::cluster::{Batch, Inbox, LeaderToken, Signals};
 use crate::config::TopologyConfig;
 use crate::store::model::DepartureKind;
 use crate::store::{Store, StoreError};
@@ -36,6 +36,7 @@ pub struct Leader {
     /// `reconcile_period` of "0s" disables the periodic reconcile of every
     /// node, though derivation still resyncs at the floor.
     sweep: bool,
+    token: LeaderToken,
 }
 
 impl Leader {
@@ -45,6 +46,7 @@ impl Leader {
         queue: Arc<WorkQueue>,
         topology: TopologyConfig,
         reconcile_period: Duration,
+        token: LeaderToken,
     ) -> Self {
         let sweep = !reconcile_period.is_zero();
         let resync_every = if sweep {
@@ -60,11 +62,13 @@ impl Leader {
             seen: HashMap::new(),
             resync_every,
             sweep,
+            token,
         }
     }
 
-    /// Runs until `cancel` fires. Starts with a full resync and a reconcile
-    /// of every node: a new leader assumes nothing an earlier one did.
+    /// Runs until `cancel` fires or a write is fenced. Starts with a full
+    /// resync and a reconcile of every node: a new leader assumes nothing
+    /// an earlier one did.
     pub async fn run(mut self, cancel: CancellationToken) {
         self.resync(true).await;
         let mut tick = tokio::time::interval(self.resync_every);
@@ -73,10 +77,26 @@ impl Leader {
             tokio::select! {
                 _ = cancel.cancelled() => break,
                 _ = tick.tick() => self.resync(self.sweep).await,
-                batch = self.inbox.next_batch() => self.handle(batch).await,
+                batch = self.inbox.next_batch() => {
+                    if let Err(e) = self.take(batch).await {
+                        self.token.depose(&e.to_string());
+                        break;
+                    }
+                }
             }
         }
         info!("leader work stopped");
+    }
+
+    /// A batch of signals; `Err` only when another leader took over.
+    async fn take(&mut self, batch: Batch) -> Result<(), StoreError> {
+        if batch.resync {
+            self.resync(false).await;
+        }
+        if batch.nodes.is_empty() {
+            return Ok(());
+        }
+        self.handle(batch.nodes).await
     }
 
     /// Marks every known node dirty; with `sweep`, queues every node too.
@@ -95,7 +115,7 @@ impl Leader {
         self.seen.keys().for_each(|n| self.inbox.node_changed(n));
     }
 
-    async fn handle(&mut self, batch: Vec<String>) {
+    async fn handle(&mut self, batch: Vec<String>) -> Result<(), StoreError> {
         let mut arrived = BTreeSet::new();
         for node in batch {
             match self.observe(&node).await {
@@ -103,6 +123,7 @@ impl Leader {
                     arrived.insert(node);
                 }
                 Ok(false) => {}
+                Err(e @ StoreError::Fenced { .. }) => return Err(e),
                 Err(e) => self.retry_later(&node, &e),
             }
         }
@@ -116,12 +137,14 @@ impl Leader {
                     self.derive_again(after);
                 }
             }
+            Err(e @ StoreError::Fenced { .. }) => return Err(e),
             Err(e) => {
                 warn!(error = %e, "derivation failed; retrying");
                 arrived.iter().for_each(|n| self.retry_later(n, &e));
                 self.retry_later("", &e);
             }
         }
+        Ok(())
     }
 
     fn retry_later(&self, node: &str, e: &StoreError) {

@@ -4,11 +4,10 @@
 pub mod backoff;
 pub mod derive;
 pub mod diff;
-pub mod inbox;
 pub mod leader;
 pub mod lifecycle;
 pub mod node;
 pub mod queue;
+pub mod supervisor;
 
-pub use inbox::{Inbox, Signals};
 pub use leader::Leader;

@@ -10,6 +10,7 @@ use tracing::{debug, warn};
 
 use super::diff::{self, Live, Step};
 use super::queue::Outcome;
+use crate::cluster::LeaderToken;
 use crate::names;
 use crate::proto::sb;
 use crate::store::model::RouteStatus;
@@ -24,8 +25,8 @@ pub const DEFER: Duration = Duration::from_secs(2);
 pub struct Reconciler {
     pub store: Arc<dyn Store>,
     pub transport: Arc<Transport>,
-    /// Leadership epoch the commands are issued under.
-    pub epoch: u64,
+    /// The term the commands are issued under.
+    pub token: LeaderToken,
     pub orphan_detection: bool,
 }
 
@@ -40,8 +41,9 @@ pub enum ReconcileError {
     Refused(String),
 }
 
-/// The next action after an error.
-pub fn policy(node: &str, err: &ReconcileError) -> Outcome {
+/// The next action after an error. A sign that another leader took over
+/// (a fenced write, a node that has seen a newer epoch) deposes this one.
+pub fn policy(node: &str, err: &ReconcileError, token: &LeaderToken) -> Outcome {
     match err {
         // The session is gone: its next registration enqueues the node.
         ReconcileError::Transport(
@@ -50,7 +52,17 @@ pub fn policy(node: &str, err: &ReconcileError) -> Outcome {
             debug!(node, %err, "node went away during reconcile");
             Outcome::Done
         }
-        ReconcileError::Transport(TransportError::Fenced { .. }) => Outcome::Done,
+        ReconcileError::Store(StoreError::Fenced { .. }) => {
+            token.depose("a reconcile write was fenced");
+            Outcome::Done
+        }
+        ReconcileError::Transport(TransportError::Fenced { highest, .. }) => {
+            if *highest > token.epoch() {
+                token.depose("a node has seen a newer leader");
+            }
+            Outcome::Done
+        }
+        ReconcileError::Transport(TransportError::NotLeader(_)) => Outcome::Done,
         _ => {
             warn!(node, %err, "reconcile failed; will retry");
             Outcome::Requeue
@@ -62,19 +74,22 @@ impl Reconciler {
     pub async fn run(&self, node: &str) -> Outcome {
         match self.reconcile(node).await {
             Ok(outcome) => outcome,
-            Err(e) => policy(node, &e),
+            Err(e) => policy(node, &e, &self.token),
         }
     }
 
     async fn reconcile(&self, node: &str) -> Result<Outcome, ReconcileError> {
-        if self.transport.registry().get(node).is_none() {
-            return Ok(Outcome::Done);
-        }
+        let target = match self.transport.target(node).await {
+            Ok(t) => t,
+            // Not connected anywhere: its next registration enqueues it.
+            Err(TransportError::NotConnected(_)) => return Ok(Outcome::Done),
+            Err(e) => return Err(e.into()),
+        };
         let links = self.store.links_touching(node).await?;
         let routes = self.store.routes_sourced(node).await?;
         let (conns, live_routes) = tokio::try_join!(
-            self.transport.list_connections(node),
-            self.transport.list_routes(node)
+            self.transport.list_connections_at(&target),
+            self.transport.list_routes_at(&target)
         )?;
         let live = Live {
             connections: &conns,
@@ -94,7 +109,7 @@ impl Reconciler {
         if step.has_command() {
             let ack = self
                 .transport
-                .send_command(node, step.command.clone(), self.epoch)
+                .command_at(&target, step.command.clone(), &self.token)
                 .await?;
             self.record(node, &step, &ack).await?;
         }

@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use super::gateway;
 use super::linkconfig;
 use super::topology::{SegmentGraph, may_link};
+use crate::store::Retire;
 use crate::store::model::{Claim, DepartureKind, Link, LinkStatus, NodeRecord, edge};
 
 /// The ready nodes of one group, sorted by id.
@@ -79,8 +80,9 @@ pub fn active_groups(nodes: &[NodeRecord], now: i64) -> BTreeSet<String> {
 pub struct LinkPlan {
     /// Links to write: new, moved, claimed, or newly deleted (tombstones).
     pub upserts: Vec<Link>,
-    /// Tombstones whose source no longer holds the connection.
-    pub hard_deletes: Vec<String>,
+    /// Links (tombstones or live ones) to delete outright because their
+    /// source left: guarded, since the source may be registering again.
+    pub hard_deletes: Vec<Retire>,
     /// `(node, link_id)` claim facts that are spent: they claimed the link,
     /// or refer to a connection that no longer exists. Either way they
     /// must not claim it for a later session.
@@ -172,7 +174,7 @@ pub fn plan(
     for l in stored {
         if l.deleted {
             if !ctx.holding.contains(l.source_node.as_str()) {
-                out.hard_deletes.push(l.link_id.clone());
+                out.hard_deletes.push(ctx.retire(l));
             }
             continue;
         }
@@ -234,6 +236,18 @@ impl<'a> Ctx<'a> {
         self.nodes.get(id)?.group.as_deref()
     }
 
+    /// A guarded delete of `l`, for a source that left.
+    fn retire(&self, l: &Link) -> Retire {
+        Retire {
+            link_id: l.link_id.clone(),
+            source: l.source_node.clone(),
+            source_generation: self
+                .nodes
+                .get(l.source_node.as_str())
+                .map_or(0, |n| n.generation),
+        }
+    }
+
     /// A claim made now by `dest` for a link from `source`: the latest
     /// session each has started (the ended one, for a node within its
     /// grace, so that its return counts as newer).
@@ -270,7 +284,7 @@ fn tombstone(l: &Link, why: &str, ctx: &Ctx<'_>, out: &mut LinkPlan) {
         dead.updated_at = ctx.now;
         out.upserts.push(dead);
     } else {
-        out.hard_deletes.push(l.link_id.clone());
+        out.hard_deletes.push(ctx.retire(l));
     }
 }
 

@@ -76,7 +76,7 @@ pub(super) fn apply(p: &LinkPlan, nodes: &mut [NodeRecord], stored: &mut Vec<Lin
         stored.retain(|s| s.link_id != l.link_id);
         stored.push(l.clone());
     }
-    stored.retain(|s| !p.hard_deletes.contains(&s.link_id));
+    stored.retain(|s| !p.hard_deletes.iter().any(|r| r.link_id == s.link_id));
     for (node, link) in &p.consumed_claims {
         for n in nodes.iter_mut().filter(|n| &n.id == node) {
             n.received_links.retain(|l| l != link);

@@ -60,7 +60,7 @@ impl FactWriter {
     /// Starts the writer of `stream`'s session.
     pub fn spawn(ctx: Arc<Ctx>, stream: Arc<NodeStream>) -> FactWriter {
         let (tx, rx) = mpsc::channel(OUTBOX_CAPACITY);
-        tokio::spawn(write_all(ctx, stream, rx));
+        ctx.writers.spawn(write_all(ctx.clone(), stream, rx));
         FactWriter { tx }
     }
 
@@ -124,11 +124,12 @@ async fn record_once(ctx: &Ctx, node: &str, session: Uuid, fact: &Fact) -> Resul
     let store = &ctx.store;
     match fact {
         Fact::Begun(registration) => {
-            let owner = ctx.replica.clone();
-            store
-                .begin_session((**registration).clone(), owner)
-                .await
-                .map(|_| ())
+            let owner = ctx.identity.current();
+            let started = store.begin_session((**registration).clone(), owner).await?;
+            if let Some(old) = &started.replaced {
+                ctx.signals.session_replaced(node, old);
+            }
+            Ok(())
         }
         Fact::Ready => {
             if !store.mark_ready(node, session).await? {

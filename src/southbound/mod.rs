@@ -15,12 +15,12 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::cluster::{Identity, Signals};
 use crate::proto::sb;
-use crate::reconcile::Signals;
 use crate::store::Store;
-use crate::store::model::ReplicaRef;
 use crate::transport::Registry;
 use auth::Authenticator;
 
@@ -35,9 +35,13 @@ pub struct Ctx {
     pub store: Arc<dyn Store>,
     pub registry: Arc<Registry>,
     pub signals: Arc<dyn Signals>,
-    pub replica: ReplicaRef,
+    /// This replica: the owner sessions are recorded under.
+    pub identity: Arc<Identity>,
     pub auth: Arc<dyn Authenticator>,
     pub register_timeout: Duration,
+    /// The sessions' fact writers: a replica going away waits for them, so
+    /// the ends of its streams are recorded before its relay stops.
+    pub writers: TaskTracker,
 }
 
 /// The `ControllerService` implementation.

@@ -140,7 +140,12 @@ async fn handshake(
     };
     let node = registration.node_id.clone();
     let (generation, pending) = match begin(ctx, &registration, out).await? {
-        Some(started) => (started.session.generation, None),
+        Some(started) => {
+            if let Some(old) = &started.replaced {
+                ctx.signals.session_replaced(&node, old);
+            }
+            (started.session.generation, None)
+        }
         None => (0, Some(registration.clone())),
     };
     let stream = Arc::new(NodeStream::new(
@@ -148,6 +153,7 @@ async fn handshake(
         registration.session_id,
         generation,
         out.clone(),
+        ctx.registry.gate(&node),
     ));
     ctx.registry.insert(stream.clone());
     let desired = match pending {
@@ -177,7 +183,7 @@ async fn begin(
     registration: &Registration,
     out: &Outbound,
 ) -> Option<Option<SessionStart>> {
-    let owner = ctx.replica.clone();
+    let owner = ctx.identity.current();
     let started = retry_unavailable(STORE_BUDGET, || {
         ctx.store.begin_session(registration.clone(), owner.clone())
     })

@@ -12,7 +12,9 @@ use super::{ChangeSet, Store};
 use crate::store::StoreError;
 
 mod claims;
+mod retire;
 pub use claims::{link_claims_round_trip, now_is_the_clock_of_the_stamps};
+pub use retire::retired_links_go_only_while_their_source_is_away;
 
 /// Expands to one `#[tokio::test]` per conformance case. `$make` is an
 /// expression of a future yielding something that derefs to a fresh store.
@@ -45,7 +47,8 @@ macro_rules! store_conformance_tests {
             one_live_link_per_group_pair,
             a_restarted_replica_ends_its_earlier_sessions,
             link_claims_round_trip,
-            now_is_the_clock_of_the_stamps
+            now_is_the_clock_of_the_stamps,
+            retired_links_go_only_while_their_source_is_away
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -474,6 +477,7 @@ pub async fn change_sets_apply_every_change(store: &dyn Store) {
         delete_links: vec!["l-old".into(), "l-never".into()],
         put_routes: vec![mk_route("r-1", "a/n1", "l-1", RouteStatus::Pending)],
         delete_routes: vec!["r-old".into()],
+        retire_links: vec![],
         consume_claims: vec![
             ("b/n1".into(), "l-1".into()),
             ("z/none".into(), "l-1".into()),

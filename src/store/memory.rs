@@ -332,6 +332,11 @@ impl Store for MemoryStore {
         for id in &changes.delete_links {
             links.remove(id);
         }
+        for r in &changes.retire_links {
+            if still_away(st.nodes.get(&r.source), r.source_generation) {
+                links.remove(&r.link_id);
+            }
+        }
         one_live_link_per_pair(&links)?;
         st.links = links;
         for r in changes.put_routes {
@@ -436,6 +441,11 @@ impl Store for MemoryStore {
 }
 
 /// The session id the owner chose, or a fresh one.
+/// Whether a retired link's source is still away (see `Store::apply`).
+pub fn still_away(source: Option<&NodeRecord>, generation: u64) -> bool {
+    source.is_none_or(|n| n.session.is_none() && n.generation <= generation)
+}
+
 pub fn chosen_or_new(id: Uuid) -> Uuid {
     if id.is_nil() { Uuid::new_v4() } else { id }
 }

@@ -18,7 +18,7 @@ mod retry;
 use async_trait::async_trait;
 use uuid::Uuid;
 
-pub use memory::{MemoryStore, chosen_or_new, sent_status};
+pub use memory::{MemoryStore, chosen_or_new, sent_status, still_away};
 use model::{
     DepartureKind, DesiredState, Link, Name, NodeRecord, Registration, ReplicaRef, Route, Segment,
     Session, Template,
@@ -59,12 +59,26 @@ pub struct SessionStart {
     pub replaced: Option<Session>,
 }
 
+/// A link the leader deletes because its source left, unless the source
+/// registered again since the leader looked: that registration's reply may
+/// be handing the link to the node at this very moment, and a link deleted
+/// under it would leave the node a connection nobody manages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retire {
+    pub link_id: String,
+    pub source: String,
+    /// The source's latest generation when the leader looked (0: no record).
+    pub source_generation: u64,
+}
+
 /// A batch of derived changes the leader writes at once: links and routes
 /// to write or delete, and claim facts it consumed.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ChangeSet {
     pub put_links: Vec<Link>,
     pub delete_links: Vec<String>,
+    /// Deleted only while their source is still away (see [`Retire`]).
+    pub retire_links: Vec<Retire>,
     pub put_routes: Vec<Route>,
     pub delete_routes: Vec<String>,
     /// `(node, link_id)`: removed from the node's `received_links` and from
@@ -76,6 +90,7 @@ impl ChangeSet {
     pub fn is_empty(&self) -> bool {
         self.put_links.is_empty()
             && self.delete_links.is_empty()
+            && self.retire_links.is_empty()
             && self.put_routes.is_empty()
             && self.delete_routes.is_empty()
             && self.consume_claims.is_empty()
@@ -213,8 +228,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Applies every change of the batch, all or nothing. Deleting what does
     /// not exist, or consuming a claim a node does not hold, is no error.
-    /// A batch whose result has two live links for one group pair fails
-    /// with `Conflict` and changes nothing.
+    /// A retired link is deleted only if its source has no record, or has
+    /// no session and a generation not above the one retired with; else it
+    /// is left as it is. A batch whose result has two live links for one
+    /// group pair fails with `Conflict` and changes nothing.
     async fn apply(&self, changes: ChangeSet) -> Result<(), StoreError>;
 
     /// Links the node is the source or the claimed destination of, deleted

@@ -7,10 +7,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use uuid::Uuid;
 
 use super::NodeStream;
+use super::stream::Gate;
 
 #[derive(Default)]
 pub struct Registry {
     streams: Mutex<HashMap<String, Arc<NodeStream>>>,
+    /// Per node, kept across its sessions: a newer session must not reset
+    /// the highest epoch its node has seen.
+    gates: Mutex<HashMap<String, Arc<Gate>>>,
 }
 
 impl Registry {
@@ -42,8 +46,19 @@ impl Registry {
         removed.map(|s| s.close()).is_some()
     }
 
+    /// The node's epoch gate, shared by all its streams on this replica.
+    pub fn gate(&self, node: &str) -> Arc<Gate> {
+        let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
+        gates.entry(node.to_string()).or_default().clone()
+    }
+
     pub fn get(&self, node: &str) -> Option<Arc<NodeStream>> {
         self.lock().get(node).cloned()
+    }
+
+    /// Every stream, at this moment.
+    pub fn snapshot(&self) -> Vec<Arc<NodeStream>> {
+        self.lock().values().cloned().collect()
     }
 
     pub fn len(&self) -> usize {

@@ -3,7 +3,7 @@
 //! phase, and the per-node epoch gate.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
@@ -56,13 +56,23 @@ pub struct NodeStream {
     out: Outbound,
     phase: watch::Sender<Phase>,
     pending: Mutex<Pending>,
-    /// Highest epoch of a command sent on this stream; held while sending so
-    /// commands leave in gate order.
-    gate: tokio::sync::Mutex<u64>,
+    gate: Arc<Gate>,
 }
 
+/// The highest epoch of a command sent to a node, across its sessions on
+/// this replica; held while sending, so commands leave in gate order.
+pub type Gate = tokio::sync::Mutex<u64>;
+
 impl NodeStream {
-    pub fn new(node: String, session: Uuid, generation: u64, out: Outbound) -> Self {
+    /// A stream in the registering phase; `gate` is the node's (see
+    /// [`super::Registry::gate`]).
+    pub fn new(
+        node: String,
+        session: Uuid,
+        generation: u64,
+        out: Outbound,
+        gate: Arc<Gate>,
+    ) -> Self {
         Self {
             node,
             session,
@@ -70,7 +80,7 @@ impl NodeStream {
             out,
             phase: watch::Sender::new(Phase::Registering),
             pending: Mutex::new(Some(HashMap::new())),
-            gate: tokio::sync::Mutex::new(0),
+            gate,
         }
     }
 
@@ -141,11 +151,15 @@ impl NodeStream {
     }
 
     /// Sends a command through the epoch gate and waits for its ack.
+    /// `still_valid` is asked inside the gate, right before the command
+    /// leaves: a sender whose leadership lapsed while it waited sends
+    /// nothing.
     pub async fn command(
         &self,
         command: sb::ConfigurationCommand,
         epoch: u64,
         timeout: Duration,
+        still_valid: &(dyn Fn() -> bool + Sync),
     ) -> Result<Reply, TransportError> {
         let result = tokio::time::timeout(timeout, async {
             self.wait_ready().await?;
@@ -155,7 +169,11 @@ impl NodeStream {
                     let highest = *highest;
                     return Err(TransportError::Fenced { epoch, highest });
                 }
+                if !still_valid() {
+                    return Err(TransportError::NotLeader(epoch));
+                }
                 *highest = epoch;
+                tracing::debug!(node = %self.node, epoch, "command sent");
                 self.dispatch(Payload::ConfigCommand(command)).await?
             };
             Self::outcome(rx).await

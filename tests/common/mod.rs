@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod backend;
+pub mod balancer;
 pub mod pg;
 pub mod proxy;
 pub mod reach;
@@ -84,7 +85,12 @@ pub struct RawNode {
 impl RawNode {
     /// Opens `OpenControlChannel`; returns once the response headers came.
     pub async fn open(running: &Running) -> Result<RawNode, tonic::Status> {
-        let url = format!("http://{}", running.southbound_addr);
+        RawNode::open_at(running.southbound_addr).await
+    }
+
+    /// [`RawNode::open`] on the southbound listener at `addr`.
+    pub async fn open_at(addr: std::net::SocketAddr) -> Result<RawNode, tonic::Status> {
+        let url = format!("http://{addr}");
         let mut client = ControllerServiceClient::connect(url)
             .await
             .map_err(|e| tonic::Status::unavailable(e.to_string()))?;

@@ -174,9 +174,17 @@ pub async fn wait_reachable(fleet: &SimFleet, last: &str, announcer_groups: &[&s
 /// Waits until the store has exactly `n` Applied links and each is held by
 /// its source (outgoing) and its destination (incoming).
 pub async fn wait_links(cp: &Running, fleet: &SimFleet, n: usize) -> Vec<Link> {
+    wait_links_in(cp.store.as_ref(), fleet, n).await
+}
+
+/// [`wait_links`] on any store (another replica's, say).
+pub async fn wait_links_in(
+    store: &dyn slim_cp::store::Store,
+    fleet: &SimFleet,
+    n: usize,
+) -> Vec<Link> {
     wait_for(&format!("{n} applied links held by both ends"), || async {
-        let links: Vec<_> = cp
-            .store
+        let links: Vec<_> = store
             .list_links()
             .await
             .map_err(|e| e.to_string())?

@@ -1,10 +1,14 @@
 //! The leader's change sets, applied in one transaction. The order of the
 //! statements is chosen for the database, the result is the memory store's:
 //!
-//! 1. lock the rows of nodes whose claims are consumed, in id order (the
-//!    order every multi-node writer uses, so two never deadlock);
-//! 2. delete links, then write tombstones, then live links: the unique
-//!    one-live-link-per-pair index never sees two live links at once;
+//! 1. lock the rows of nodes whose claims are consumed and of the sources
+//!    of retired links, in id order (the order every multi-node writer
+//!    uses, so two never deadlock); a source's registration waits for the
+//!    lock, so its reply is read after a retirement commits or the
+//!    retirement sees the source back;
+//! 2. delete links (retired ones whose source is still away), then write
+//!    tombstones, then live links: the unique one-live-link-per-pair index
+//!    never sees two live links at once;
 //! 3. delete routes, then write routes;
 //! 4. consume the claims on the locked rows.
 //!
@@ -15,19 +19,21 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tokio_postgres::types::Json;
 
-use super::rows::{ConnectionRow, connections_from, connections_json};
+use super::rows::{ConnectionRow, connections_from, connections_json, to_u64};
 use super::tx::{Db, TxError, execute, query};
 use super::{links, routes};
-use crate::store::ChangeSet;
 use crate::store::model::{Link, Route};
+use crate::store::{ChangeSet, Retire};
 
 pub(super) async fn apply(db: &Db<'_>, changes: &ChangeSet) -> Result<(), TxError> {
     let claims = claims_by_node(&changes.consume_claims);
-    let held = lock_nodes(db, claims.keys().copied().collect()).await?;
-    links::delete(db, &changes.delete_links).await?;
-    let put_links = last_puts(&changes.put_links, &changes.delete_links, |l: &Link| {
-        &l.link_id
-    });
+    let mut to_lock: BTreeSet<&str> = claims.keys().copied().collect();
+    to_lock.extend(changes.retire_links.iter().map(|r| r.source.as_str()));
+    let held = lock_nodes(db, to_lock.into_iter().collect()).await?;
+    let mut deletes = changes.delete_links.clone();
+    deletes.extend(retired(&changes.retire_links, &held));
+    links::delete(db, &deletes).await?;
+    let put_links = last_puts(&changes.put_links, &deletes, |l: &Link| &l.link_id);
     links::upsert(db, &put_links).await?;
     routes::delete(db, &changes.delete_routes).await?;
     let put_routes = last_puts(&changes.put_routes, &changes.delete_routes, |r: &Route| {
@@ -40,6 +46,19 @@ pub(super) async fn apply(db: &Db<'_>, changes: &ChangeSet) -> Result<(), TxErro
         }
     }
     Ok(())
+}
+
+/// The retired links whose source is still away, judged on the locked rows.
+fn retired(retire: &[Retire], held: &[HeldNode]) -> Vec<String> {
+    let rows: BTreeMap<&str, &HeldNode> = held.iter().map(|n| (n.id.as_str(), n)).collect();
+    retire
+        .iter()
+        .filter(|r| {
+            rows.get(r.source.as_str())
+                .is_none_or(|n| !n.connected && n.generation <= r.source_generation)
+        })
+        .map(|r| r.link_id.clone())
+        .collect()
 }
 
 /// The consumed link ids per node, nodes in id order.
@@ -66,11 +85,13 @@ fn last_puts<'c, T>(puts: &'c [T], deletes: &[String], id: fn(&T) -> &String) ->
         .collect()
 }
 
-/// A locked node's claim facts.
+/// A locked node's claim facts and session.
 struct HeldNode {
     id: String,
     received: Vec<String>,
     reported: Vec<ConnectionRow>,
+    connected: bool,
+    generation: u64,
 }
 
 /// Locks the existing rows among `ids` in id order (`ORDER BY` sorts before
@@ -81,7 +102,8 @@ async fn lock_nodes(db: &Db<'_>, ids: Vec<&str>) -> Result<Vec<HeldNode>, TxErro
     }
     let rows = query(
         db,
-        "SELECT id, received_links, reported_connections FROM nodes \
+        "SELECT id, received_links, reported_connections, \
+           session_id IS NOT NULL AS connected, generation FROM nodes \
          WHERE id = ANY($1) ORDER BY id FOR UPDATE",
         &[&ids],
     )
@@ -94,6 +116,8 @@ async fn lock_nodes(db: &Db<'_>, ids: Vec<&str>) -> Result<Vec<HeldNode>, TxErro
                 id: row.try_get("id")?,
                 received,
                 reported,
+                connected: row.try_get("connected")?,
+                generation: to_u64(row.try_get("generation")?)?,
             })
         })
         .collect()

@@ -15,12 +15,13 @@
 //! through [`PgStore::with_fence`].
 
 mod changes;
-pub mod guard;
 mod links;
 mod metrics;
 mod migrate;
 mod nodes;
+mod notify;
 mod pool;
+mod replicas;
 mod routes;
 mod rows;
 mod store_impl;
@@ -30,8 +31,11 @@ mod tx;
 pub mod url;
 
 use std::fmt;
+use std::sync::Arc;
 
 pub use metrics::{OpMetrics, PgMetrics};
+pub use notify::{FACTS_CHANNEL, RESYNC};
+pub use replicas::{Counts, ExpiredReplica, LeadershipInfo, ReplicaInfo, age_heartbeat};
 use tx::Tx;
 
 /// Why the store could not be set up (connecting, migrating, checking the
@@ -57,11 +61,6 @@ pub enum SetupError {
     SchemaDirty(i64),
     #[error("migration {0} in the database differs from this slim-cp's copy")]
     SchemaModified(i64),
-    #[error(
-        "another slim-cp replica is running against this database; until replicas elect a \
-         leader, run one replica per database"
-    )]
-    Busy,
 }
 
 /// The Postgres store. Clones share the pool and the metrics.
@@ -70,6 +69,9 @@ pub struct PgStore {
     tx: Tx,
     /// The leader's epoch its derivation writes are fenced with.
     fence: Option<u64>,
+    /// Settings for connections outside the pool (election, heartbeats,
+    /// LISTEN): they must reach Postgres itself, never a transaction pooler.
+    direct: Arc<tokio_postgres::Config>,
 }
 
 impl fmt::Debug for PgStore {
@@ -86,6 +88,18 @@ impl PgStore {
     /// form), checked with one round trip so that a wrong URL or an absent
     /// database fails here rather than on the first fact.
     pub async fn connect(url: &str, pool_size: usize) -> Result<Self, SetupError> {
+        Self::connect_with_direct(url, None, pool_size).await
+    }
+
+    /// As [`PgStore::connect`]; connections outside the pool use
+    /// `direct_url` when given (a pooler in front of `url` breaks advisory
+    /// locks and LISTEN).
+    pub async fn connect_with_direct(
+        url: &str,
+        direct_url: Option<&str>,
+        pool_size: usize,
+    ) -> Result<Self, SetupError> {
+        let direct = Arc::new(pool::pg_config(direct_url.unwrap_or(url))?);
         let pool = pool::build_pool(pool::pg_config(url)?, pool_size)?;
         let client = pool
             .get()
@@ -99,6 +113,7 @@ impl PgStore {
         Ok(Self {
             tx: Tx::new(pool),
             fence: None,
+            direct,
         })
     }
 
@@ -126,6 +141,13 @@ impl PgStore {
         PgStore {
             tx: self.tx.clone(),
             fence: Some(epoch),
+            direct: self.direct.clone(),
         }
+    }
+
+    /// Settings for a dedicated connection (keepalives, timeouts and the
+    /// direct URL included): for the election, heartbeats and LISTEN.
+    pub fn direct_config(&self) -> tokio_postgres::Config {
+        (*self.direct).clone()
     }
 }

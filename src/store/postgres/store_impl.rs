@@ -5,8 +5,8 @@
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use super::tx::{Mode, Op, query_one};
-use super::{PgStore, changes, links, nodes, routes, templates, topology};
+use super::tx::{Db, Mode, Op, TxError, query_one};
+use super::{PgStore, changes, links, nodes, notify, routes, templates, topology};
 use crate::store::model::{
     DepartureKind, DesiredState, Link, Name, NodeRecord, Registration, ReplicaRef, Route,
     RouteStatus, Segment, Template,
@@ -23,18 +23,34 @@ impl PgStore {
     }
 }
 
-fn read(name: &'static str) -> Op {
+pub(super) fn read(name: &'static str) -> Op {
     Op {
         name,
         mode: Mode::Read,
     }
 }
 
-fn write(name: &'static str) -> Op {
+pub(super) fn write(name: &'static str) -> Op {
     Op {
         name,
         mode: Mode::Write,
     }
+}
+
+/// Wakes the leader for `node` if the fact changed it.
+async fn notified(db: &Db<'_>, node: &str, changed: bool) -> Result<bool, TxError> {
+    if changed {
+        notify::node_changed(db, node).await?;
+    }
+    Ok(changed)
+}
+
+/// Wakes the leader for a full resync if the topology changed.
+async fn topology_changed(db: &Db<'_>, changed: bool) -> Result<bool, TxError> {
+    if changed {
+        notify::resync(db).await?;
+    }
+    Ok(changed)
 }
 
 #[async_trait]
@@ -47,7 +63,11 @@ impl Store for PgStore {
         let args = (registration, owner);
         self.tx
             .run(write("begin_session"), args, |db, (reg, owner)| {
-                Box::pin(nodes::begin_session(db, reg, owner))
+                Box::pin(async move {
+                    let started = nodes::begin_session(db, reg, owner).await?;
+                    notify::node_changed(db, &reg.node_id).await?;
+                    Ok(started)
+                })
             })
             .await
     }
@@ -55,7 +75,7 @@ impl Store for PgStore {
     async fn mark_ready(&self, node: &str, session: Uuid) -> Result<bool, StoreError> {
         self.tx
             .run(write("mark_ready"), (node, session), |db, (n, s)| {
-                Box::pin(nodes::mark_ready(db, n, *s))
+                Box::pin(async move { notified(db, n, nodes::mark_ready(db, n, *s).await?).await })
             })
             .await
     }
@@ -70,7 +90,11 @@ impl Store for PgStore {
             .run(
                 write("end_session"),
                 (node, session, kind),
-                |db, (n, s, k)| Box::pin(nodes::end_session(db, n, *s, *k)),
+                |db, (n, s, k)| {
+                    Box::pin(async move {
+                        notified(db, n, nodes::end_session(db, n, *s, *k).await?).await
+                    })
+                },
             )
             .await
     }
@@ -85,7 +109,10 @@ impl Store for PgStore {
         let args = (node, session, set, withdraw);
         self.tx
             .run(write("record_announcements"), args, |db, (n, s, set, w)| {
-                Box::pin(templates::record_announcements(db, n, *s, set, w))
+                Box::pin(async move {
+                    templates::record_announcements(db, n, *s, set, w).await?;
+                    notify::node_changed(db, n).await
+                })
             })
             .await
     }
@@ -99,7 +126,10 @@ impl Store for PgStore {
         let args = (node, session, link_ids);
         self.tx
             .run(write("record_received"), args, |db, (n, s, ids)| {
-                Box::pin(nodes::record_received(db, n, *s, ids))
+                Box::pin(async move {
+                    nodes::record_received(db, n, *s, ids).await?;
+                    notify::node_changed(db, n).await
+                })
             })
             .await
     }
@@ -227,7 +257,7 @@ impl Store for PgStore {
     async fn add_segment(&self, name: &str) -> Result<bool, StoreError> {
         self.tx
             .run(write("add_segment"), name, |db, n| {
-                Box::pin(topology::add(db, n))
+                Box::pin(async move { topology_changed(db, topology::add(db, n).await?).await })
             })
             .await
     }
@@ -235,7 +265,7 @@ impl Store for PgStore {
     async fn remove_segment(&self, name: &str) -> Result<bool, StoreError> {
         self.tx
             .run(write("remove_segment"), name, |db, n| {
-                Box::pin(topology::remove(db, n))
+                Box::pin(async move { topology_changed(db, topology::remove(db, n).await?).await })
             })
             .await
     }
@@ -245,7 +275,11 @@ impl Store for PgStore {
             .run(
                 write("add_segment_edge"),
                 (segment, a, b),
-                |db, (s, a, b)| Box::pin(topology::add_edge(db, s, a, b)),
+                |db, (s, a, b)| {
+                    Box::pin(async move {
+                        topology_changed(db, topology::add_edge(db, s, a, b).await?).await
+                    })
+                },
             )
             .await
     }
@@ -259,7 +293,9 @@ impl Store for PgStore {
         let args = (segment, a, b);
         self.tx
             .run(write("remove_segment_edge"), args, |db, (s, a, b)| {
-                Box::pin(topology::remove_edge(db, s, a, b))
+                Box::pin(async move {
+                    topology_changed(db, topology::remove_edge(db, s, a, b).await?).await
+                })
             })
             .await
     }
@@ -328,7 +364,13 @@ impl Store for PgStore {
         let args = (replica.id.as_str(), incarnation);
         self.tx
             .run(write("end_earlier_incarnations"), args, |db, (o, i)| {
-                Box::pin(nodes::end_earlier_incarnations(db, o, *i))
+                Box::pin(async move {
+                    let ended = nodes::end_earlier_incarnations(db, o, *i).await?;
+                    if !ended.is_empty() {
+                        notify::resync(db).await?;
+                    }
+                    Ok(ended)
+                })
             })
             .await
     }

@@ -174,11 +174,15 @@ impl Mode {
     }
 }
 
+/// Aborts unless `epoch` stands, and names the transaction's epoch in
+/// `slim_cp.epoch` (transaction-local) so that audits and triggers can
+/// tell which term wrote what.
 async fn check_fence(db: &Db<'_>, epoch: u64) -> Result<(), TxError> {
     let row = query_one(
         db,
-        "SELECT epoch FROM leadership WHERE singleton FOR SHARE",
-        &[],
+        "SELECT epoch, set_config('slim_cp.epoch', $1, true) \
+         FROM leadership WHERE singleton FOR SHARE",
+        &[&epoch.to_string()],
     )
     .await?;
     let current: i64 = row.try_get(0)?;

@@ -2,6 +2,8 @@
 
 #![forbid(unsafe_code)]
 
+mod admin;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -9,9 +11,9 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use slim_cp::config::{Config, DatabaseConfig};
 use slim_cp::server::{self, Options};
+use slim_cp::server::{Running, Sockets};
+use slim_cp::store::MemoryStore;
 use slim_cp::store::postgres::PgStore;
-use slim_cp::store::postgres::guard::{ReplicaGuard, single_replica};
-use slim_cp::store::{MemoryStore, Store};
 use tracing::{info, warn};
 
 #[derive(Parser)]
@@ -43,12 +45,32 @@ enum Command {
         #[arg(short, long)]
         config: Option<PathBuf>,
     },
+    /// Show the cluster: replicas, leader and epoch, counts, queue depth.
+    Status {
+        /// Any replica's northbound address (host:port).
+        #[arg(long, default_value = "127.0.0.1:50051")]
+        server: String,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ask the leader to hand leadership over to a standby now.
+    StepDown {
+        /// Any replica's northbound address (host:port).
+        #[arg(long, default_value = "127.0.0.1:50051")]
+        server: String,
+    },
 }
 
 fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    // Colours only on a terminal: log files and collectors get plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .init();
 }
 
 fn options(config: &Config) -> Result<Options> {
@@ -60,50 +82,45 @@ fn options(config: &Config) -> Result<Options> {
     opts.southbound = config.southbound.socket_addr()?;
     opts.topology = config.topology.mode.clone();
     opts.reconciler = config.reconciler.clone();
-    opts.replica.id = hostname();
-    opts.replica.incarnation = u64::try_from(slim_cp::clock::unix_now()).unwrap_or(1);
     Ok(opts)
 }
 
-fn hostname() -> String {
-    std::env::var("HOSTNAME")
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "slim-cp".into())
-}
-
-/// The configured store; with Postgres, migrated (unless `no_migrate`)
-/// and checked against the schema this binary knows.
-async fn store(
-    config: &Config,
-    no_migrate: bool,
-) -> Result<(Arc<dyn Store>, Option<ReplicaGuard>)> {
-    match &config.database {
-        DatabaseConfig::Memory => Ok((Arc::new(MemoryStore::new()), None)),
-        DatabaseConfig::Postgres {
-            url,
-            direct_url,
-            pool_size,
-        } => {
-            let guard = single_replica(direct_url.as_deref().unwrap_or(url)).await?;
-            if !no_migrate {
-                PgStore::migrate(url).await.context("applying migrations")?;
-            }
-            PgStore::check_schema(url)
-                .await
-                .context("checking the schema")?;
-            let store = PgStore::connect(url, *pool_size)
-                .await
-                .context("connecting to Postgres")?;
-            Ok((Arc::new(store), Some(guard)))
-        }
+/// Starts the replica on the configured store: alone on memory, as a
+/// cluster member on Postgres (migrated unless `no_migrate`, and checked
+/// against the schema this binary knows).
+async fn start(config: &Config, no_migrate: bool) -> Result<Running> {
+    let opts = options(config)?;
+    let DatabaseConfig::Postgres {
+        url,
+        direct_url,
+        pool_size,
+    } = &config.database
+    else {
+        let sockets = Sockets::bind(&opts, None).context("binding the listeners")?;
+        let running = server::start_on(sockets, opts, Arc::new(MemoryStore::new()));
+        return running.await.context("starting the replica");
+    };
+    // Before any other socket: see `Sockets`.
+    let relay = server::relay_addr(&config.cluster).context("cluster.relay.endpoint")?;
+    let sockets = Sockets::bind(&opts, Some(relay)).context("binding the listeners")?;
+    if !no_migrate {
+        PgStore::migrate(url).await.context("applying migrations")?;
     }
+    PgStore::check_schema(url)
+        .await
+        .context("checking the schema")?;
+    let store = PgStore::connect_with_direct(url, direct_url.as_deref(), *pool_size)
+        .await
+        .context("connecting to Postgres")?;
+    server::start_clustered_on(sockets, opts, store, config.cluster.clone())
+        .await
+        .context("starting the replica")
 }
 
 fn store_name(config: &Config) -> &'static str {
     match config.database {
         DatabaseConfig::Memory => "memory store, single replica",
-        DatabaseConfig::Postgres { .. } => "postgres store",
+        DatabaseConfig::Postgres { .. } => "postgres store, clustered",
     }
 }
 
@@ -134,20 +151,24 @@ async fn serve(path: Option<PathBuf>, no_migrate: bool) -> Result<()> {
             "configuration key accepted for compatibility but has no effect"
         );
     }
-    let (store, _guard) = store(&config, no_migrate).await?;
-    let running = server::start(options(&config)?, store)
-        .await
-        .context("starting the replica")?;
+    let running = start(&config, no_migrate).await?;
     info!(
         northbound = %running.northbound_addr,
         southbound = %running.southbound_addr,
+        relay = ?running.relay_addr,
         store = store_name(&config),
         "slim-cp serving"
     );
-    shutdown_signal().await;
+    let failure = tokio::select! {
+        () = shutdown_signal() => None,
+        why = running.failed() => Some(why),
+    };
     info!("shutting down");
     running.shutdown().await;
-    Ok(())
+    match failure {
+        Some(why) => bail!("{why}"),
+        None => Ok(()),
+    }
 }
 
 async fn shutdown_signal() {
@@ -176,6 +197,8 @@ async fn main() -> std::process::ExitCode {
     let outcome = match Cli::parse().command {
         Command::Serve { config, no_migrate } => serve(config, no_migrate).await,
         Command::Migrate { config } => migrate(config).await,
+        Command::Status { server, json } => admin::status(&server, json).await,
+        Command::StepDown { server } => admin::step_down(&server).await,
     };
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,

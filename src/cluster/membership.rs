@@ -1,0 +1,270 @@
+//! Replica liveness, on a dedicated connection so a busy pool never delays
+//! it.
+//!
+//! - Joining: a session-level advisory lock on the replica id (two live
+//!   processes with one id are refused, never left to share sessions),
+//!   then a new incarnation from the database, which ends whatever
+//!   sessions an earlier run of this id still owned.
+//! - Heartbeat: a compare-and-set on `(id, incarnation)` every
+//!   `heartbeat`, in database time. When it fails, the leader declared this
+//!   replica dead (it was frozen or cut off): its sessions ended in the
+//!   database, so it rejoins under a new incarnation and closes every
+//!   stream it held, and the nodes register again.
+//! - Audit: every few beats, streams whose session the database no longer
+//!   gives this replica (replaced on another replica, the relay's close
+//!   lost) are closed.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::{Instant, sleep, timeout};
+use tokio_postgres::Config;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+use uuid::Uuid;
+
+use super::Identity;
+use super::pgconn::PgConn;
+use crate::store::PgStore;
+use crate::transport::Transport;
+
+/// Key space of the replica-id locks: "slid" and the id's hash.
+const ID_KEY: i32 = 0x736c_6964;
+
+/// Audit the streams every this many beats.
+const AUDIT_EVERY: u32 = 5;
+
+/// Why this replica cannot be a member.
+#[derive(Debug, thiserror::Error)]
+pub enum MembershipError {
+    #[error(
+        "replica id {0:?} is in use by another running slim-cp replica: give each replica its \
+         own id (cluster.replica_id or SLIM_CP_REPLICA_ID)"
+    )]
+    IdInUse(String),
+    #[error("cannot join the cluster: {0}")]
+    Database(String),
+}
+
+/// Liveness timings.
+#[derive(Debug, Clone, Copy)]
+pub struct Timings {
+    pub heartbeat: Duration,
+    /// How long an old run's session may keep the id lock after it died.
+    pub ttl: Duration,
+}
+
+/// This replica's membership.
+pub struct Membership {
+    config: Config,
+    store: PgStore,
+    identity: Arc<Identity>,
+    advertise: String,
+    timings: Timings,
+    conn: PgConn,
+}
+
+/// A membership at work: what the heartbeat loop also needs.
+struct Beating {
+    membership: Membership,
+    transport: Arc<Transport>,
+}
+
+impl Membership {
+    /// Takes the id and joins under a new incarnation.
+    pub async fn join(
+        store: PgStore,
+        id: &str,
+        advertise: &str,
+        timings: Timings,
+    ) -> Result<(Membership, Arc<Identity>), MembershipError> {
+        let config = store.direct_config();
+        let conn = claim_id(&config, id, timings.ttl).await?;
+        let (me, ended) = store
+            .join_replica(id, advertise)
+            .await
+            .map_err(|e| MembershipError::Database(e.to_string()))?;
+        info!(replica = %me.id, incarnation = me.incarnation, ended = ended.len(), "joined the cluster");
+        let identity = Arc::new(Identity::new(me));
+        let membership = Membership {
+            config,
+            store,
+            identity: identity.clone(),
+            advertise: advertise.to_string(),
+            timings,
+            conn,
+        };
+        Ok((membership, identity))
+    }
+
+    /// Heartbeats until `cancel`, teaching `transport` the epoch and
+    /// closing its streams when they are no longer ours. Fails only when
+    /// another process took this replica's id while the connection was
+    /// down.
+    pub async fn run(
+        self,
+        transport: Arc<Transport>,
+        cancel: CancellationToken,
+    ) -> Result<(), MembershipError> {
+        Beating {
+            membership: self,
+            transport,
+        }
+        .run(cancel)
+        .await
+    }
+}
+
+impl std::ops::Deref for Beating {
+    type Target = Membership;
+
+    fn deref(&self) -> &Membership {
+        &self.membership
+    }
+}
+
+impl Beating {
+    async fn run(mut self, cancel: CancellationToken) -> Result<(), MembershipError> {
+        let mut beats = 0u32;
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return Ok(()),
+                () = sleep(self.timings.heartbeat) => {}
+            }
+            if self.conn.is_closed() {
+                self.reconnect(&cancel).await?;
+            }
+            match timeout(self.timings.heartbeat, self.beat()).await {
+                Ok(Ok(true)) => {}
+                Ok(Ok(false)) => self.declared_dead().await,
+                Ok(Err(e)) => debug!(error = %e, "heartbeat failed"),
+                Err(_) => debug!("heartbeat slow"),
+            }
+            beats = beats.wrapping_add(1);
+            if beats % AUDIT_EVERY == 0 {
+                if let Err(e) = self.audit().await {
+                    debug!(error = %e, "stream audit failed");
+                }
+            }
+        }
+    }
+
+    /// One heartbeat; `false` when this run was declared dead.
+    async fn beat(&self) -> Result<bool, tokio_postgres::Error> {
+        let me = self.identity.current();
+        let incarnation = i64::try_from(me.incarnation).unwrap_or(i64::MAX);
+        let row = self
+            .conn
+            .client
+            .query_opt(
+                "UPDATE replicas SET heartbeat_at = now() \
+                 WHERE id = $1 AND incarnation = $2 AND NOT expired \
+                 RETURNING (SELECT epoch FROM leadership WHERE singleton)",
+                &[&me.id, &incarnation],
+            )
+            .await?;
+        let Some(row) = row else { return Ok(false) };
+        let epoch: i64 = row.try_get(0)?;
+        self.transport
+            .observe_epoch(u64::try_from(epoch).unwrap_or(0));
+        Ok(true)
+    }
+
+    /// The leader ended this run's sessions: rejoin, then close the
+    /// streams of the old run so their nodes register again.
+    async fn declared_dead(&self) {
+        let old = self.transport.registry().snapshot();
+        warn!(
+            streams = old.len(),
+            "this replica was declared dead; rejoining and closing its streams"
+        );
+        let id = self.identity.id();
+        match self.store.join_replica(&id, &self.advertise).await {
+            Ok((me, _)) => self.identity.set_incarnation(me.incarnation),
+            Err(e) => warn!(error = %e, "rejoin failed; retrying at the next heartbeat"),
+        }
+        for s in old {
+            self.transport.registry().remove(s.node(), s.session());
+        }
+    }
+
+    /// Closes streams whose recorded session the database gives to
+    /// someone else. A stream answered before its registration could be
+    /// recorded (generation 0) is the outbox's to settle, not ours.
+    async fn audit(&self) -> Result<(), tokio_postgres::Error> {
+        let streams = self.transport.registry().snapshot();
+        let me = self.identity.current();
+        let incarnation = i64::try_from(me.incarnation).unwrap_or(i64::MAX);
+        let rows = self
+            .conn
+            .client
+            .query(
+                "SELECT id, session_id FROM nodes \
+                 WHERE session_owner = $1 AND session_incarnation = $2",
+                &[&me.id, &incarnation],
+            )
+            .await?;
+        let mut held = HashSet::new();
+        for r in rows {
+            held.insert((r.try_get::<_, String>(0)?, r.try_get::<_, Uuid>(1)?));
+        }
+        for s in streams.iter().filter(|s| s.generation() > 0) {
+            if !held.contains(&(s.node().to_string(), s.session())) {
+                info!(
+                    node = s.node(),
+                    "closing a stream whose session is no longer ours"
+                );
+                self.transport.registry().remove(s.node(), s.session());
+            }
+        }
+        Ok(())
+    }
+
+    async fn reconnect(&mut self, cancel: &CancellationToken) -> Result<(), MembershipError> {
+        let id = self.identity.id();
+        loop {
+            match claim_id(&self.config, &id, self.timings.ttl).await {
+                Ok(conn) => {
+                    self.membership.conn = conn;
+                    return Ok(());
+                }
+                Err(e @ MembershipError::IdInUse(_)) => return Err(e),
+                Err(e) => debug!(error = %e, "membership: cannot reach the database"),
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return Ok(()),
+                () = sleep(self.timings.heartbeat) => {}
+            }
+        }
+    }
+}
+
+/// A connection holding the lock on `id`. A run that just died may hold
+/// it until its backend notices: try for up to `patience`.
+async fn claim_id(
+    config: &Config,
+    id: &str,
+    patience: Duration,
+) -> Result<PgConn, MembershipError> {
+    let db = |e: tokio_postgres::Error| MembershipError::Database(e.to_string());
+    let conn = PgConn::open(config, "membership").await.map_err(db)?;
+    let deadline = Instant::now() + patience;
+    loop {
+        let row = conn
+            .client
+            .query_one(
+                "SELECT pg_try_advisory_lock($1, hashtext($2))",
+                &[&ID_KEY, &id],
+            )
+            .await
+            .map_err(db)?;
+        if row.try_get::<_, bool>(0).map_err(db)? {
+            return Ok(conn);
+        }
+        if Instant::now() >= deadline {
+            return Err(MembershipError::IdInUse(id.to_string()));
+        }
+        sleep(Duration::from_millis(200)).await;
+    }
+}

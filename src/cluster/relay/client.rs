@@ -1,0 +1,177 @@
+//! The sending side of the relay: where a node's session is (the database
+//! says which replica owns it, the replica rows say where that replica
+//! listens) and the calls to that replica. A failed call is "outcome
+//! unknown" ([`TransportError::Relay`]): the caller queries again before
+//! acting, which every reconcile does anyway.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Request, Status};
+use tracing::debug;
+
+use super::auth::Stamp;
+use super::wire;
+use crate::cluster::Identity;
+use crate::proto::cluster as pb;
+use crate::proto::cluster::relay_client::RelayClient as Grpc;
+use crate::store::model::ReplicaRef;
+use crate::store::{PgStore, Store};
+use crate::transport::{Forwarded, Location, Remote, Reply, TransportError};
+
+/// A dead peer's TCP handshake never completes: give up on it soon.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Calls to other replicas.
+pub struct RelayClient {
+    store: PgStore,
+    identity: Arc<Identity>,
+    stamp: Stamp,
+    /// Bounds a forwarded call: longer than the owner's own wait for its
+    /// node, so the owner's answer (even a timeout) comes back first.
+    deadline: Duration,
+    /// Relay address per replica id and incarnation.
+    peers: Mutex<HashMap<String, (u64, String)>>,
+    channels: Mutex<HashMap<String, Channel>>,
+}
+
+impl RelayClient {
+    pub fn new(store: PgStore, identity: Arc<Identity>, secret: &str, node_wait: Duration) -> Self {
+        Self {
+            store,
+            identity,
+            stamp: Stamp::new(secret),
+            deadline: node_wait + Duration::from_secs(5),
+            peers: Mutex::default(),
+            channels: Mutex::default(),
+        }
+    }
+
+    fn peers(&self) -> MutexGuard<'_, HashMap<String, (u64, String)>> {
+        self.peers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The relay address of `owner`'s run, from the cache or the database.
+    async fn address(&self, owner: &ReplicaRef) -> Result<String, TransportError> {
+        if let Some((inc, addr)) = self.peers().get(&owner.id)
+            && *inc == owner.incarnation
+        {
+            return Ok(addr.clone());
+        }
+        let rows = self
+            .store
+            .list_replicas(Duration::MAX)
+            .await
+            .map_err(|e| TransportError::Relay(e.to_string()))?;
+        let mut peers = self.peers();
+        peers.clear();
+        for r in rows {
+            peers.insert(r.id, (r.incarnation, r.endpoint));
+        }
+        match peers.get(&owner.id) {
+            Some((_, addr)) => Ok(addr.clone()),
+            None => Err(TransportError::Relay(format!(
+                "replica {} is unknown",
+                owner.id
+            ))),
+        }
+    }
+
+    /// A client for the replica at `address` (channels are cached and
+    /// reconnect by themselves).
+    pub fn client(&self, address: &str) -> Result<Grpc<Channel>, TransportError> {
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = channels.get(address) {
+            return Ok(Grpc::new(c.clone()));
+        }
+        let channel = Endpoint::from_shared(format!("http://{address}"))
+            .map_err(|e| TransportError::Relay(format!("relay address {address:?}: {e}")))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_keepalive(Some(Duration::from_secs(10)))
+            .http2_keep_alive_interval(Duration::from_secs(5))
+            .keep_alive_timeout(Duration::from_secs(5))
+            .connect_lazy();
+        channels.insert(address.to_string(), channel.clone());
+        Ok(Grpc::new(channel))
+    }
+
+    /// A request stamped with the credentials and bounded by `deadline`.
+    pub fn request<T>(&self, message: T, deadline: Duration) -> Request<T> {
+        let mut req = Request::new(message);
+        req.set_timeout(deadline);
+        self.stamp.apply(&mut req);
+        req
+    }
+
+    /// Asks the owner of `node`'s replaced session to close that stream.
+    pub async fn close_session(&self, node: &str, old: &crate::store::model::Session) {
+        let result = async {
+            let address = self.address(&old.owner).await?;
+            let msg = pb::CloseSessionRequest {
+                node: node.to_string(),
+                session_id: old.id.to_string(),
+            };
+            let req = self.request(msg, CONNECT_TIMEOUT * 2);
+            self.client(&address)?
+                .close_session(req)
+                .await
+                .map_err(|s| TransportError::Relay(s.message().to_string()))
+        }
+        .await;
+        // Best effort: the old owner also learns from its next fact and
+        // from its periodic check of the sessions it holds.
+        if let Err(e) = result {
+            debug!(node, owner = %old.owner.id, error = %e, "could not ask the old owner to close");
+        }
+    }
+}
+
+#[async_trait]
+impl Remote for RelayClient {
+    async fn locate(&self, node: &str) -> Result<Option<Location>, TransportError> {
+        let record = self
+            .store
+            .get_node(node)
+            .await
+            .map_err(|e| TransportError::Relay(e.to_string()))?;
+        Ok(record.and_then(|r| r.session).map(|s| Location {
+            node: node.to_string(),
+            local: self.identity.is(&s.owner),
+            owner: s.owner,
+            session: s.id,
+        }))
+    }
+
+    async fn forward(&self, at: &Location, what: Forwarded) -> Result<Reply, TransportError> {
+        let address = self.address(&at.owner).await?;
+        let epoch = match &what {
+            Forwarded::Command { epoch, .. } => *epoch,
+            _ => 0,
+        };
+        let msg = wire::forward_request(at, what);
+        let reply = self
+            .client(&address)?
+            .forward(self.request(msg, self.deadline))
+            .await
+            .map_err(|s| from_status(&at.node, epoch, &s))?;
+        wire::reply_from(reply.into_inner())
+    }
+}
+
+/// The owner's answer, back in the transport's words.
+fn from_status(node: &str, epoch: u64, s: &Status) -> TransportError {
+    match s.code() {
+        Code::NotFound => TransportError::NotConnected(node.to_string()),
+        Code::Aborted => TransportError::SessionEnded,
+        Code::FailedPrecondition => wire::fenced_from(s, epoch)
+            .unwrap_or_else(|| TransportError::Relay(s.message().to_string())),
+        Code::InvalidArgument => TransportError::Refused(s.message().to_string()),
+        Code::DeadlineExceeded if s.message().starts_with(wire::NODE_TIMEOUT) => {
+            TransportError::Timeout(Duration::ZERO)
+        }
+        _ => TransportError::Relay(format!("{:?}: {}", s.code(), s.message())),
+    }
+}

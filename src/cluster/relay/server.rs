@@ -1,0 +1,90 @@
+//! The receiving side of the relay: requests for nodes whose streams this
+//! replica owns, closes of replaced sessions, inspection and step-down.
+//! Every call is authenticated first; refusals are counted by reason.
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+use uuid::Uuid;
+
+use super::auth::Guard;
+use super::wire;
+use crate::cluster::Replica;
+use crate::proto::cluster as pb;
+use crate::transport::TransportError;
+
+pub struct RelayService {
+    replica: Arc<Replica>,
+    guard: Guard,
+}
+
+impl RelayService {
+    pub fn new(replica: Arc<Replica>, guard: Guard) -> Self {
+        Self { replica, guard }
+    }
+
+    pub fn into_server(self) -> pb::relay_server::RelayServer<Self> {
+        pb::relay_server::RelayServer::new(self)
+    }
+}
+
+fn session_id(text: &str) -> Result<Uuid, Status> {
+    Uuid::parse_str(text)
+        .map_err(|_| Status::invalid_argument(format!("session_id {text:?} is not a UUID")))
+}
+
+#[tonic::async_trait]
+impl pb::relay_server::Relay for RelayService {
+    async fn forward(
+        &self,
+        request: Request<pb::ForwardRequest>,
+    ) -> Result<Response<pb::ForwardReply>, Status> {
+        self.guard.check(request.metadata())?;
+        let req = request.into_inner();
+        let what = wire::forwarded_from(&req)
+            .ok_or_else(|| Status::invalid_argument("the relay request names no request"))?;
+        let session = session_id(&req.session_id)?;
+        let transport = &self.replica.transport;
+        match transport.serve_forwarded(&req.node, session, what).await {
+            Ok(reply) => Ok(Response::new(wire::reply_to_wire(reply))),
+            Err(e) => {
+                if matches!(e, TransportError::Fenced { .. }) {
+                    self.guard.count("stale epoch");
+                }
+                Err(wire::status_of(e))
+            }
+        }
+    }
+
+    async fn close_session(
+        &self,
+        request: Request<pb::CloseSessionRequest>,
+    ) -> Result<Response<pb::CloseSessionReply>, Status> {
+        self.guard.check(request.metadata())?;
+        let req = request.into_inner();
+        let session = session_id(&req.session_id)?;
+        let closed = self.replica.transport.registry().remove(&req.node, session);
+        if closed {
+            tracing::info!(node = %req.node, "closed a session replaced on another replica");
+        }
+        Ok(Response::new(pb::CloseSessionReply { closed }))
+    }
+
+    async fn inspect(
+        &self,
+        request: Request<pb::InspectRequest>,
+    ) -> Result<Response<pb::ReplicaState>, Status> {
+        self.guard.check(request.metadata())?;
+        let mut state = self.replica.state();
+        state.relay_refused = self.guard.refused().into_iter().collect();
+        Ok(Response::new(state))
+    }
+
+    async fn step_down(
+        &self,
+        request: Request<pb::StepDownRequest>,
+    ) -> Result<Response<pb::StepDownReply>, Status> {
+        self.guard.check(request.metadata())?;
+        Ok(Response::new(self.replica.step_down().await?))
+    }
+}

@@ -1,0 +1,94 @@
+//! The relay's messages and statuses, to and from the transport's types.
+//! One place for both directions, so the sender reads exactly what the
+//! owner meant.
+
+use tonic::Status;
+
+use crate::proto::cluster as pb;
+use crate::proto::cluster::forward_reply::Reply as PbReply;
+use crate::proto::cluster::forward_request::Request as PbRequest;
+use crate::proto::sb;
+use crate::transport::{Forwarded, Location, Reply, TransportError};
+
+/// Prefix of the owner's message when the node itself did not answer.
+pub const NODE_TIMEOUT: &str = "the node did not reply";
+
+/// Metadata carrying the highest epoch the owner has seen, on a refusal.
+const HIGHEST: &str = "x-slim-cp-highest-epoch";
+
+pub fn forward_request(at: &Location, what: Forwarded) -> pb::ForwardRequest {
+    let (epoch, request) = match what {
+        Forwarded::ListConnections => (0, PbRequest::ListConnections(sb::ConnectionListRequest {})),
+        Forwarded::ListRoutes => (0, PbRequest::ListRoutes(sb::RouteListRequest {})),
+        Forwarded::Command { command, epoch } => (epoch, PbRequest::Command(command)),
+    };
+    pb::ForwardRequest {
+        node: at.node.clone(),
+        session_id: at.session.to_string(),
+        epoch,
+        request: Some(request),
+    }
+}
+
+/// The request an owner received; `None` if it names no request.
+pub fn forwarded_from(req: &pb::ForwardRequest) -> Option<Forwarded> {
+    Some(match req.request.clone()? {
+        PbRequest::ListConnections(_) => Forwarded::ListConnections,
+        PbRequest::ListRoutes(_) => Forwarded::ListRoutes,
+        PbRequest::Command(command) => Forwarded::Command {
+            command,
+            epoch: req.epoch,
+        },
+    })
+}
+
+pub fn reply_to_wire(reply: Reply) -> pb::ForwardReply {
+    let reply = match reply {
+        Reply::CommandAck(ack) => PbReply::Ack(ack),
+        Reply::Connections(entries) => PbReply::Connections(sb::ConnectionListResponse {
+            original_message_id: String::new(),
+            entries,
+            done: true,
+        }),
+        Reply::Routes(entries) => PbReply::Routes(sb::RouteListResponse {
+            original_message_id: String::new(),
+            entries,
+            done: true,
+        }),
+    };
+    pb::ForwardReply { reply: Some(reply) }
+}
+
+pub fn reply_from(reply: pb::ForwardReply) -> Result<Reply, TransportError> {
+    match reply.reply {
+        Some(PbReply::Ack(ack)) => Ok(Reply::CommandAck(ack)),
+        Some(PbReply::Connections(r)) => Ok(Reply::Connections(r.entries)),
+        Some(PbReply::Routes(r)) => Ok(Reply::Routes(r.entries)),
+        None => Err(TransportError::UnexpectedReply),
+    }
+}
+
+/// The owner's failure as a status the sender maps back (see
+/// `client::from_status`).
+pub fn status_of(e: TransportError) -> Status {
+    match e {
+        TransportError::NotConnected(n) => Status::not_found(format!("no session of {n} here")),
+        TransportError::SessionEnded => Status::aborted(e.to_string()),
+        TransportError::Fenced { highest, .. } => {
+            let mut s = Status::failed_precondition(e.to_string());
+            if let Ok(v) = highest.to_string().parse() {
+                s.metadata_mut().insert(HIGHEST, v);
+            }
+            s
+        }
+        TransportError::Refused(m) => Status::invalid_argument(m),
+        TransportError::Timeout(d) => Status::deadline_exceeded(format!("{NODE_TIMEOUT} in {d:?}")),
+        other => Status::internal(other.to_string()),
+    }
+}
+
+/// A refusal of a command of `epoch` as stale, if `s` is one.
+pub fn fenced_from(s: &Status, epoch: u64) -> Option<TransportError> {
+    let highest = s.metadata().get(HIGHEST)?.to_str().ok()?.parse().ok()?;
+    Some(TransportError::Fenced { epoch, highest })
+}

@@ -1,0 +1,80 @@
+//! The leader's listener for fact wake-ups (`NOTIFY` from fact
+//! transactions on any replica) on a dedicated connection. Every time it
+//! (re)starts listening it asks for a full resync, since notifications
+//! sent while nobody listened are gone; a ping notices a silent server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::{interval, sleep, timeout};
+use tokio_postgres::{AsyncMessage, Config, NoTls};
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use super::signals::{Inbox, Signals};
+use crate::store::postgres::{FACTS_CHANNEL, RESYNC};
+
+/// How often the listener checks that the server still answers.
+const PING: Duration = Duration::from_secs(5);
+
+/// Listens until `cancel`, reconnecting as needed.
+pub async fn listen(config: Config, inbox: Arc<Inbox>, cancel: CancellationToken) {
+    loop {
+        match listening(&config, &inbox, &cancel).await {
+            Ok(()) => return,
+            Err(why) => debug!(why, "wake-up listener lost; reconnecting"),
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = sleep(Duration::from_millis(500)) => {}
+        }
+    }
+}
+
+/// One connection's life; `Ok` only when cancelled.
+async fn listening(
+    config: &Config,
+    inbox: &Arc<Inbox>,
+    cancel: &CancellationToken,
+) -> Result<(), String> {
+    let (client, mut connection) = config.connect(NoTls).await.map_err(|e| e.to_string())?;
+    let target = inbox.clone();
+    let driver = tokio::spawn(async move {
+        while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            match message {
+                Ok(AsyncMessage::Notification(n)) if n.payload() == RESYNC => target.resync(),
+                Ok(AsyncMessage::Notification(n)) => target.node_changed(n.payload()),
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+    });
+    let _driver = AbortOnDrop(driver);
+    let listen = format!("LISTEN {FACTS_CHANNEL}");
+    client
+        .batch_execute(&listen)
+        .await
+        .map_err(|e| e.to_string())?;
+    inbox.resync();
+    let mut ping = interval(PING);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return Ok(()),
+            _ = ping.tick() => {
+                match timeout(PING, client.simple_query("SELECT 1")).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => return Err(e.to_string()),
+                    Err(_) => return Err("the database did not answer a ping".into()),
+                }
+            }
+        }
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

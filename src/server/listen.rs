@@ -1,0 +1,207 @@
+//! The listeners. Each accepts through [`incoming`], so on shutdown the
+//! listening socket closes at once, before any stream is closed: a node's
+//! single reconnect attempt is refused here and goes (through the load
+//! balancer) to a replica that is up, instead of landing on one that is
+//! going away.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Server;
+
+use super::Options;
+use crate::cluster::admin::AdminService;
+use crate::cluster::relay::RelayService;
+use crate::northbound::Northbound;
+use crate::southbound::Southbound;
+use crate::tls;
+
+/// HTTP/2 pings on node streams: a node whose host vanished (no FIN, no
+/// RST) is detected and its session ended within interval + timeout.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Pings between replicas: a peer cut off is noticed in seconds.
+const RELAY_KEEPALIVE: Duration = Duration::from_secs(5);
+
+/// The accept loops, awaited on shutdown before streams close.
+#[derive(Default)]
+pub struct Listeners {
+    pub acceptors: Vec<JoinHandle<()>>,
+}
+
+/// The listening sockets, placed where a killed process closes them first.
+///
+/// Why: when a replica is killed (kill -9, OOM), the kernel releases its
+/// sockets one by one, the highest descriptor first (measured: streams
+/// were reset several milliseconds before the listener closed). A node
+/// whose stream is reset reconnects within a millisecond; while the
+/// listener is still open, that reconnect completes its handshake in the
+/// dying process's backlog and is reset, and the node gives up for good.
+/// So each listener is moved to a descriptor above any a stream can get
+/// (near the open-files limit, which is raised to its maximum first): it
+/// closes before any stream, the reconnect is refused, and the load
+/// balancer sends it to a live replica.
+pub struct Sockets {
+    pub(super) southbound: TcpListener,
+    pub(super) relay: Option<TcpListener>,
+    pub(super) northbound: TcpListener,
+}
+
+/// Connections waiting to be accepted: a reconnect storm of thousands of
+/// nodes must not overflow it.
+const BACKLOG: u32 = 4096;
+
+impl Sockets {
+    /// Binds the listeners of `opts`, and the relay's at `relay` if given.
+    /// Must run inside the runtime.
+    pub fn bind(opts: &Options, relay: Option<SocketAddr>) -> std::io::Result<Sockets> {
+        let southbound = listen_on(opts.southbound)?;
+        let relay = relay.map(listen_on).transpose()?;
+        let northbound = listen_on(opts.northbound)?;
+        Ok(Sockets {
+            southbound,
+            relay,
+            northbound,
+        })
+    }
+
+    pub fn relay_addr(&self) -> Option<SocketAddr> {
+        self.relay.as_ref().and_then(|l| l.local_addr().ok())
+    }
+}
+
+fn listen_on(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    let listener = socket.listen(BACKLOG)?.into_std()?;
+    let high = rustix::io::fcntl_dupfd_cloexec(&listener, top_descriptor())?;
+    drop(listener);
+    let listener = std::net::TcpListener::from(high);
+    listener.set_nonblocking(true)?;
+    TcpListener::from_std(listener)
+}
+
+/// Descriptors a busy replica's streams will not reach: the top of the
+/// open-files limit, raised to its hard maximum (a replica holding
+/// thousands of node streams needs it anyway).
+fn top_descriptor() -> i32 {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        let raised = Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        let _ = setrlimit(Resource::Nofile, raised);
+    }
+    let current = getrlimit(Resource::Nofile).current.unwrap_or(1024);
+    // Three listeners below the limit, and room for the runtime's own.
+    i32::try_from(current.saturating_sub(16)).unwrap_or(1008)
+}
+
+type Served = (SocketAddr, JoinHandle<()>);
+
+pub fn southbound(
+    opts: &Options,
+    listener: TcpListener,
+    service: Southbound,
+    cancel: &CancellationToken,
+    listeners: &mut Listeners,
+) -> std::io::Result<Served> {
+    let addr = listener.local_addr()?;
+    let serve = tls::apply(Server::builder(), opts.southbound_tls.clone())?
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .tcp_keepalive(Some(KEEPALIVE_INTERVAL))
+        .add_service(service.into_server())
+        .serve_with_incoming_shutdown(
+            incoming(listener, cancel, listeners),
+            cancel.clone().cancelled_owned(),
+        );
+    Ok((addr, tokio::spawn(log_failure("southbound", serve))))
+}
+
+/// The upstream operator API and slim-cp's admin service, on one port.
+pub fn northbound(
+    opts: &Options,
+    listener: TcpListener,
+    service: Northbound,
+    admin: AdminService,
+    cancel: &CancellationToken,
+    listeners: &mut Listeners,
+) -> std::io::Result<Served> {
+    let addr = listener.local_addr()?;
+    let serve = tls::apply(Server::builder(), opts.northbound_tls.clone())?
+        .add_service(service.into_server())
+        .add_service(admin.into_server())
+        .serve_with_incoming_shutdown(
+            incoming(listener, cancel, listeners),
+            cancel.clone().cancelled_owned(),
+        );
+    Ok((addr, tokio::spawn(log_failure("northbound", serve))))
+}
+
+/// The relay, on its own listener. Its accept loop is not among the
+/// public `listeners`: it outlives them (see `Running::shutdown`).
+pub fn relay(
+    listener: TcpListener,
+    service: RelayService,
+    cancel: &CancellationToken,
+) -> std::io::Result<Served> {
+    let mut own = Listeners::default();
+    let listeners = &mut own;
+    let addr = listener.local_addr()?;
+    let serve = Server::builder()
+        .http2_keepalive_interval(Some(RELAY_KEEPALIVE))
+        .http2_keepalive_timeout(Some(RELAY_KEEPALIVE))
+        .tcp_keepalive(Some(RELAY_KEEPALIVE))
+        .add_service(service.into_server())
+        .serve_with_incoming_shutdown(
+            incoming(listener, cancel, listeners),
+            cancel.clone().cancelled_owned(),
+        );
+    Ok((addr, tokio::spawn(log_failure("relay", serve))))
+}
+
+/// Accepted connections, until `cancel`: then the listening socket closes.
+fn incoming(
+    listener: TcpListener,
+    cancel: &CancellationToken,
+    listeners: &mut Listeners,
+) -> ReceiverStream<std::io::Result<TcpStream>> {
+    let (tx, rx) = mpsc::channel(64);
+    let cancel = cancel.clone();
+    let acceptor = tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                () = cancel.cancelled() => break,
+                accepted = listener.accept() => accepted.map(|(stream, _)| stream),
+            };
+            if tx.send(accepted).await.is_err() {
+                break;
+            }
+        }
+        drop(listener);
+    });
+    listeners.acceptors.push(acceptor);
+    ReceiverStream::new(rx)
+}
+
+async fn log_failure(
+    what: &'static str,
+    serve: impl std::future::Future<Output = Result<(), tonic::transport::Error>>,
+) {
+    if let Err(e) = serve.await {
+        tracing::error!(error = %e, "{what} server failed");
+    }
+}
