@@ -480,3 +480,46 @@ async fn moved_endpoints_after_a_failover_converge() {
     common::scenario::assert_links_point_at(&live, &moved);
     assert_fenced(&cluster).await;
 }
+
+/// Scenario: the operator's calls (slimctl) answered by every replica:
+/// node listings from the database, and a node's live connections asked
+/// through a replica that does not hold its stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_calls_work_from_any_replica() {
+    use slim_cp::proto::nb;
+    use slim_cp::proto::nb::control_plane_service_client::ControlPlaneServiceClient;
+    let cluster = Cluster::start(3, MESH).await;
+    let fleet = cluster.fleet(&["a", "b", "c"], 2).await;
+    cluster.converged(&fleet, 3, &[]).await;
+    let nodes = cluster.store.list_nodes().await.expect("nodes");
+    for r in &cluster.replicas {
+        let url = format!("http://127.0.0.1:{}", r.nb);
+        let mut client = ControlPlaneServiceClient::connect(url)
+            .await
+            .expect("northbound");
+        let mut listed = client
+            .list_nodes(nb::NodeListRequest::default())
+            .await
+            .expect("list")
+            .into_inner();
+        let mut count = 0;
+        while let Some(entry) = listed.message().await.expect("entry") {
+            assert!(nodes.iter().any(|n| n.id == entry.id), "{entry:?}");
+            count += 1;
+        }
+        assert_eq!(count, nodes.len(), "every node, from {}", r.id);
+        for n in &nodes {
+            let owner = &n.session.as_ref().expect("session").owner.id;
+            if *owner == r.id {
+                continue;
+            }
+            let conns = client
+                .list_connections(nb::Node { id: n.id.clone() })
+                .await
+                .expect("connections through the relay")
+                .into_inner();
+            let held = fleet.node(&n.id).expect("sim").connection_entries().len();
+            assert_eq!(conns.entries.len(), held, "{} asked of {}", n.id, r.id);
+        }
+    }
+}

@@ -480,6 +480,14 @@ fn shipped_examples_load() {
     let star = Config::load(&dir.join("star.yaml")).unwrap();
     assert!(!star.topology.is_api_mode());
     assert!(star.ignored_keys().is_empty());
+    let cluster = Config::load(&dir.join("cluster.yaml")).unwrap();
+    assert!(matches!(cluster.database, DatabaseConfig::Postgres { .. }));
+    assert_eq!(cluster.cluster.relay_endpoint, "0.0.0.0:50053");
+    assert!(
+        cluster.ignored_keys().is_empty(),
+        "{:?}",
+        cluster.ignored_keys()
+    );
 }
 
 #[test]
@@ -546,4 +554,22 @@ fn postgres_urls_never_print_their_password() {
     assert!(text.contains("postgres://cp:***@db/slim"), "{text}");
     let err = refuse("database:\n  type: mongodb\n");
     assert!(err.contains("memory, in_memory, postgres"), "{err}");
+}
+
+#[test]
+fn a_cluster_section_is_ignored_on_the_memory_store_and_checked_on_postgres() {
+    let memory = load("cluster:\n  replica_id: cp-0\n");
+    assert_eq!(memory.ignored_keys(), ["cluster"]);
+    let err = Config::from_yaml_str(
+        "database: {type: postgres, url: \"host=db\"}\ncluster:\n  lease: 1s\n  renew: 1s\n",
+    )
+    .unwrap_err();
+    assert_eq!(err.key(), Some("cluster.renew"), "{err}");
+    let ok = load(
+        "database: {type: postgres, url: \"host=db\"}\n\
+         cluster: {replica_id: cp-1, relay: {endpoint: \"127.0.0.1:7000\"}, replica_ttl: 4s}\n",
+    );
+    assert_eq!(ok.cluster.replica_id.as_deref(), Some("cp-1"));
+    assert_eq!(ok.cluster.replica_ttl, std::time::Duration::from_secs(4));
+    assert!(ok.ignored_keys().is_empty());
 }

@@ -12,6 +12,7 @@
 //! network's single lock so that link setup and teardown between two nodes
 //! are atomic without lock ordering.
 
+mod balancer;
 mod commands;
 mod fleet;
 mod linkcfg;
@@ -26,6 +27,7 @@ mod tests;
 
 use std::time::Duration;
 
+pub use balancer::Balancer;
 pub use fleet::{FleetOptions, SimFleet};
 pub use linkcfg::{Addr, LinkConfig, parse_addr, parse_config};
 pub use network::SimNetwork;

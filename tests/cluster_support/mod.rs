@@ -13,12 +13,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use slim_cp::proto::sb::ConnectionDirection;
-use slim_cp::sim::{FleetOptions, SimFleet, SimNodeSpec, SimOptions};
+use slim_cp::sim::{Balancer, FleetOptions, SimFleet, SimNodeSpec, SimOptions};
 use slim_cp::store::model::{LinkStatus, RouteStatus};
 use slim_cp::store::{PgStore, Store as _};
 use tokio_postgres::NoTls;
 
-use crate::common::balancer::Balancer;
 use crate::common::pg::{fresh_pg_database, pg_url_for};
 pub use replica::ReplicaProc;
 
@@ -83,7 +82,9 @@ impl Cluster {
             r.spawn();
             replicas.push(r);
         }
-        let lb = Balancer::start(replicas.iter().map(ReplicaProc::southbound).collect()).await;
+        let lb = Balancer::start(replicas.iter().map(ReplicaProc::southbound).collect())
+            .await
+            .expect("balancer starts");
         let store = Arc::new(PgStore::connect(&url, 4).await.expect("observer connects"));
         let secret: String = sql(&url)
             .await

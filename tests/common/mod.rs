@@ -5,7 +5,6 @@
 #![allow(dead_code)]
 
 pub mod backend;
-pub mod balancer;
 pub mod pg;
 pub mod proxy;
 pub mod reach;

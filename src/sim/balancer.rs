@@ -1,8 +1,9 @@
-//! A TCP load balancer in front of several replicas, as the deployment
-//! docs require one: connections are spread round-robin, and a backend
-//! that refuses the connect is skipped for the next one at once (HAProxy's
-//! `option redispatch` with `retries`). It holds no client waiting for a
-//! backend to come back, which no real balancer does either.
+//! A TCP load balancer for a simulated fleet in front of several replicas,
+//! as the deployment docs require one: connections are spread round-robin,
+//! and a backend that refuses the connect is skipped for the next one at
+//! once (HAProxy's `option redispatch` with `retries`). It holds no client
+//! waiting for a backend to come back, which no real balancer does either.
+//! For tests, benchmarks and demos; not a production balancer.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -29,21 +30,20 @@ pub struct Balancer {
 }
 
 impl Balancer {
-    pub async fn start(backends: Vec<SocketAddr>) -> Balancer {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("balancer binds");
-        let addr = listener.local_addr().expect("balancer address");
+    /// Listens on an ephemeral loopback port.
+    pub async fn start(backends: Vec<SocketAddr>) -> std::io::Result<Balancer> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             backends: Mutex::new(backends),
             next: AtomicUsize::new(0),
         });
         let accept = tokio::spawn(accept_loop(listener, shared.clone()));
-        Balancer {
+        Ok(Balancer {
             addr,
             shared,
             accept,
-        }
+        })
     }
 
     /// Replaces the backend list (a replica restarted on another port).
