@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tonic::transport::{Channel, Endpoint};
-use tonic::{Code, Request, Status};
+use tonic::Request;
 use tracing::debug;
 
 use super::auth::Stamp;
@@ -156,22 +156,7 @@ impl Remote for RelayClient {
             .client(&address)?
             .forward(self.request(msg, self.deadline))
             .await
-            .map_err(|s| from_status(&at.node, epoch, &s))?;
+            .map_err(|s| wire::error_from(&at.node, epoch, &s))?;
         wire::reply_from(reply.into_inner())
-    }
-}
-
-/// The owner's answer, back in the transport's words.
-fn from_status(node: &str, epoch: u64, s: &Status) -> TransportError {
-    match s.code() {
-        Code::NotFound => TransportError::NotConnected(node.to_string()),
-        Code::Aborted => TransportError::SessionEnded,
-        Code::FailedPrecondition => wire::fenced_from(s, epoch)
-            .unwrap_or_else(|| TransportError::Relay(s.message().to_string())),
-        Code::InvalidArgument => TransportError::Refused(s.message().to_string()),
-        Code::DeadlineExceeded if s.message().starts_with(wire::NODE_TIMEOUT) => {
-            TransportError::Timeout(Duration::ZERO)
-        }
-        _ => TransportError::Relay(format!("{:?}: {}", s.code(), s.message())),
     }
 }

@@ -2,7 +2,9 @@
 //! One place for both directions, so the sender reads exactly what the
 //! owner meant.
 
-use tonic::Status;
+use std::time::Duration;
+
+use tonic::{Code, Status};
 
 use crate::proto::cluster as pb;
 use crate::proto::cluster::forward_reply::Reply as PbReply;
@@ -87,8 +89,79 @@ pub fn status_of(e: TransportError) -> Status {
     }
 }
 
+/// The owner's answer to a request for `node` (of `epoch`, for a
+/// command), back in the transport's words: the inverse of [`status_of`].
+/// Anything the owner did not say itself is "outcome unknown".
+pub fn error_from(node: &str, epoch: u64, s: &Status) -> TransportError {
+    match s.code() {
+        Code::NotFound => TransportError::NotConnected(node.to_string()),
+        Code::Aborted => TransportError::SessionEnded,
+        Code::FailedPrecondition => fenced_from(s, epoch)
+            .unwrap_or_else(|| TransportError::Relay(s.message().to_string())),
+        Code::InvalidArgument => TransportError::Refused(s.message().to_string()),
+        Code::DeadlineExceeded if s.message().starts_with(NODE_TIMEOUT) => {
+            TransportError::Timeout(Duration::ZERO)
+        }
+        _ => TransportError::Relay(format!("{:?}: {}", s.code(), s.message())),
+    }
+}
+
 /// A refusal of a command of `epoch` as stale, if `s` is one.
-pub fn fenced_from(s: &Status, epoch: u64) -> Option<TransportError> {
+fn fenced_from(s: &Status, epoch: u64) -> Option<TransportError> {
     let highest = s.metadata().get(HIGHEST)?.to_str().ok()?.parse().ok()?;
     Some(TransportError::Fenced { epoch, highest })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::model::ReplicaRef;
+
+    #[test]
+    fn requests_cross_the_relay_unchanged() {
+        let at = Location {
+            node: "g/n".into(),
+            owner: ReplicaRef {
+                id: "cp-1".into(),
+                incarnation: 2,
+            },
+            session: uuid::Uuid::new_v4(),
+            local: false,
+        };
+        let command = sb::ConfigurationCommand {
+            connections_to_delete: vec!["l-1".into()],
+            ..Default::default()
+        };
+        for what in [
+            Forwarded::ListConnections,
+            Forwarded::ListRoutes,
+            Forwarded::Command { command, epoch: 7 },
+        ] {
+            let wire = forward_request(&at, what.clone());
+            assert_eq!(wire.session_id, at.session.to_string());
+            assert_eq!(forwarded_from(&wire), Some(what));
+        }
+    }
+
+    #[test]
+    fn the_owners_answers_come_back_as_it_meant_them() {
+        let fenced = TransportError::Fenced {
+            epoch: 3,
+            highest: 5,
+        };
+        for e in [
+            TransportError::NotConnected("g/n".into()),
+            TransportError::SessionEnded,
+            fenced,
+            TransportError::Refused("no such link".into()),
+        ] {
+            assert_eq!(error_from("g/n", 3, &status_of(e.clone())), e);
+        }
+        let timeout = status_of(TransportError::Timeout(Duration::from_secs(30)));
+        assert!(matches!(error_from("g/n", 0, &timeout), TransportError::Timeout(_)));
+        let gone = Status::unavailable("connection refused");
+        assert!(matches!(error_from("g/n", 0, &gone), TransportError::Relay(_)));
+        let relay_deadline = Status::deadline_exceeded("relay call timed out");
+        assert!(matches!(error_from("g/n", 0, &relay_deadline), TransportError::Relay(_)));
+    }
 }
