@@ -1,0 +1,164 @@
+//! Command-line arguments, and the setups (control plane × store ×
+//! replicas) they ask for.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+use crate::common::database::DEFAULT_ADMIN_URL;
+
+const DEFAULT_SIZES: [Size; 2] = [Size::new(200, 20, 50), Size::new(1000, 50, 100)];
+
+/// The two control planes, by the names `--only` takes.
+pub const SLIM: &str = "slim-cp";
+pub const REFERENCE: &str = "reference";
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Size {
+    pub nodes: usize,
+    pub groups: usize,
+    pub names: usize,
+}
+
+impl Size {
+    pub const fn new(nodes: usize, groups: usize, names: usize) -> Size {
+        Size {
+            nodes,
+            groups,
+            names,
+        }
+    }
+
+    pub fn pairs(&self) -> usize {
+        self.groups * (self.groups - 1) / 2
+    }
+
+    /// Node announcing name k: n{k}, of group k % groups, so announcers
+    /// are spread over groups and nodes rather than piled on one.
+    pub fn announcer(&self, k: usize) -> usize {
+        if k < self.nodes { k } else { k % self.groups }
+    }
+}
+
+/// One control plane as benchmarked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Setup {
+    /// The upstream reference control plane (memory store), its binary.
+    Reference(PathBuf),
+    /// slim-cp, one replica on the memory store.
+    Memory,
+    /// slim-cp, `replicas` replicas sharing a fresh database on the server
+    /// of `admin_url`.
+    Postgres { admin_url: String, replicas: usize },
+}
+
+impl Setup {
+    /// The table's name for it.
+    pub fn label(&self) -> String {
+        match self {
+            Setup::Reference(_) => REFERENCE.into(),
+            Setup::Memory => "slim-cp memory".into(),
+            Setup::Postgres { replicas, .. } => format!("slim-cp pg x{replicas}"),
+        }
+    }
+}
+
+/// Which store `--db` names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Db {
+    Memory,
+    Postgres(String),
+}
+
+pub struct Args {
+    pub sizes: Vec<Size>,
+    pub only: Option<String>,
+    pub timeout: Option<Duration>,
+    dbs: Vec<Db>,
+    replicas: Vec<usize>,
+}
+
+impl Args {
+    /// slim-cp's setups in table order (the reference is added by the
+    /// caller when it is installed and wanted).
+    pub fn slim_setups(&self) -> Vec<Setup> {
+        let mut out = Vec::new();
+        for db in &self.dbs {
+            match db {
+                Db::Memory => out.push(Setup::Memory),
+                Db::Postgres(url) => out.extend(self.replicas.iter().map(|&n| Setup::Postgres {
+                    admin_url: url.clone(),
+                    replicas: n,
+                })),
+            }
+        }
+        out
+    }
+
+    pub fn wants(&self, kind: &str) -> bool {
+        self.only.as_deref().is_none_or(|o| o == kind)
+    }
+}
+
+pub fn parse_args() -> Result<Args> {
+    let mut a = Args {
+        sizes: Vec::new(),
+        only: None,
+        timeout: None,
+        dbs: vec![Db::Memory],
+        replicas: vec![1],
+    };
+    let mut custom = Size::new(50, 5, 10);
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        // cargo bench passes `--bench` to harness = false targets.
+        if flag == "--bench" {
+            continue;
+        }
+        let value = it.next().with_context(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--nodes" => custom.nodes = value.parse()?,
+            "--groups" => custom.groups = value.parse()?,
+            "--names" => custom.names = value.parse()?,
+            "--timeout" => a.timeout = Some(Duration::from_secs(value.parse()?)),
+            "--only" if [SLIM, REFERENCE].contains(&value.as_str()) => a.only = Some(value),
+            "--only" => bail!("--only takes {SLIM} or {REFERENCE}"),
+            "--db" => a.dbs = list(&value, parse_db)?,
+            "--replicas" => a.replicas = list(&value, parse_replicas)?,
+            other => bail!("unknown argument {other} (see benches/converge/main.rs)"),
+        }
+        if matches!(flag.as_str(), "--nodes" | "--groups" | "--names") {
+            a.sizes = vec![custom];
+        }
+    }
+    if a.sizes.is_empty() {
+        a.sizes.extend(DEFAULT_SIZES);
+    } else if custom.groups < 2 || custom.nodes < custom.groups {
+        bail!("need at least 2 groups and one node per group");
+    }
+    Ok(a)
+}
+
+/// A comma-separated list, each item parsed by `item`.
+fn list<T>(value: &str, item: fn(&str) -> Result<T>) -> Result<Vec<T>> {
+    value.split(',').map(|v| item(v.trim())).collect()
+}
+
+/// `memory`, `postgres` or `postgres:URL` (the admin URL fresh databases
+/// are created from).
+fn parse_db(v: &str) -> Result<Db> {
+    match v.split_once(':') {
+        _ if v == "memory" => Ok(Db::Memory),
+        _ if v == "postgres" => Ok(Db::Postgres(DEFAULT_ADMIN_URL.into())),
+        Some(("postgres", url)) if url.contains("://") => Ok(Db::Postgres(url.into())),
+        _ => bail!("--db takes memory, postgres or postgres:URL, not {v:?}"),
+    }
+}
+
+fn parse_replicas(v: &str) -> Result<usize> {
+    match v.parse() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => bail!("--replicas takes counts of 1 or more, not {v:?}"),
+    }
+}

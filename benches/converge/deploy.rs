@@ -1,0 +1,77 @@
+//! Starting and stopping what a setup benchmarks: one process on the
+//! memory store (slim-cp or the reference), or slim-cp replicas on a fresh
+//! Postgres database behind a balancer.
+
+use std::path::Path;
+
+use anyhow::Result;
+
+use crate::args::Setup;
+use crate::common::cluster::Cluster;
+use crate::common::database::BenchDb;
+use crate::common::process::{Proc, base_config, free_port};
+
+pub enum Deployment {
+    /// One process on the memory store, and its southbound port.
+    Single(Proc, u16),
+    Cluster(Cluster),
+}
+
+impl Deployment {
+    /// Starts `setup` with its configs and logs in `dir`; returns once it
+    /// serves (for a cluster: every replica alive and one leader).
+    pub async fn start(setup: &Setup, slim_cp: &Path, dir: &Path) -> Result<Deployment> {
+        std::fs::create_dir_all(dir)?;
+        match setup {
+            Setup::Memory => single(slim_cp, &["serve"], dir),
+            Setup::Reference(bin) => single(bin, &[], dir),
+            Setup::Postgres {
+                admin_url,
+                replicas,
+            } => {
+                let db = BenchDb::create(admin_url, "converge").await?;
+                let cluster = Cluster::start(slim_cp, dir, db, *replicas).await?;
+                Ok(Deployment::Cluster(cluster))
+            }
+        }
+    }
+
+    /// What the fleet dials: the process, or the balancer.
+    pub fn url(&self) -> String {
+        match self {
+            Deployment::Single(_, sb) => format!("http://127.0.0.1:{sb}"),
+            Deployment::Cluster(c) => c.lb.url(),
+        }
+    }
+
+    /// Peak RSS in MB: the process's, or the largest replica's.
+    pub fn peak_rss_mb(&self) -> f64 {
+        match self {
+            Deployment::Single(p, _) => p.memory_mb().map_or(f64::NAN, |(peak, _)| peak),
+            Deployment::Cluster(c) => c.peak_rss_mb(),
+        }
+    }
+
+    /// Stops it; for Postgres, returns the database's size (MB) before
+    /// dropping it.
+    pub async fn stop(self) -> Result<Option<f64>> {
+        match self {
+            Deployment::Single(..) => Ok(None),
+            Deployment::Cluster(c) => Ok(Some(c.stop().await?)),
+        }
+    }
+}
+
+/// `bin args... --config <dir>/config.yaml` on the memory store.
+fn single(bin: &Path, args: &[&str], dir: &Path) -> Result<Deployment> {
+    let (nb, sb) = (free_port()?, free_port()?);
+    let config = dir.join("config.yaml");
+    let yaml = format!("{}database:\n  type: in_memory\n", base_config(nb, sb));
+    std::fs::write(&config, yaml)?;
+    let config = config.display().to_string();
+    let mut args = args.to_vec();
+    args.extend(["--config", &config]);
+    let mut proc = Proc::new("control-plane", bin, &args, dir);
+    proc.start(&[nb, sb])?;
+    Ok(Deployment::Single(proc, sb))
+}

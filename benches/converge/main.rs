@@ -1,0 +1,197 @@
+//! Convergence benchmark, run by hand: `cargo bench --bench converge`
+//! (quick: `cargo bench --bench converge -- --nodes 50 --groups 5 --names 10
+//! --only slim-cp`). Cargo builds `slim-cp` in the bench profile first
+//! (`cargo build --release --bins --benches` gives the same one).
+//!
+//! Options: `--nodes N --groups N --names N` (one custom size instead of
+//! the two defaults), `--timeout SECS`, `--only slim-cp|reference`,
+//! `--db memory|postgres|postgres:URL,...` (default memory; URL is the
+//! admin database fresh ones are created from) and `--replicas N,...`
+//! (replica counts for each Postgres setup; default 1). For example
+//! `--db memory,postgres --replicas 1,3` runs slim-cp on memory, on
+//! Postgres with one replica and with three, and the reference.
+//!
+//! Each control plane runs as separate processes (so their memory can be
+//! read from /proc) on generated configs (full mesh, free loopback ports).
+//! A Postgres setup gets a fresh database, dropped afterwards, and its
+//! replicas sit behind a balancer the fleet dials. A simulated fleet in
+//! this process registers, announces names, and is watched until what the
+//! nodes HOLD is converged: one live link per group pair and, per name,
+//! one route at each non-root group's gateway.
+
+#![forbid(unsafe_code)]
+
+mod args;
+// Shared with the other bench, which uses other parts of it.
+#[allow(dead_code)]
+#[path = "../common/mod.rs"]
+mod common;
+mod deploy;
+mod observe;
+mod table;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use slim_cp::sim::{FleetOptions, SimFleet, SimNodeSpec, SimOptions};
+
+use crate::args::{Args, REFERENCE, SLIM, Setup, Size, parse_args};
+use crate::common::process::{proc_field, slim_cp_bin};
+use crate::deploy::Deployment;
+use crate::observe::{SETTLE, Watch};
+use crate::table::Outcome;
+
+/// Nodes sharing one HTTP/2 connection: 1,000 fit in few descriptors, and
+/// the connections still spread over the replicas behind a balancer.
+const NODES_PER_CHANNEL: usize = 32;
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = parse_args()?;
+    println!("{}", machine());
+    let dir = std::env::temp_dir().join(format!("slim-cp-converge-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let (slim_cp, setups) = setups(&args)?;
+    println!("configs and logs (log level info): {}", dir.display());
+    let mut rows = Vec::new();
+    for s in &args.sizes {
+        for setup in &setups {
+            rows.push(run(setup, &slim_cp, *s, &dir, &args).await?);
+        }
+    }
+    println!();
+    table::print(&rows);
+    Ok(())
+}
+
+/// slim-cp's binary and the setups to run, in table order.
+fn setups(args: &Args) -> Result<(PathBuf, Vec<Setup>)> {
+    let (slim_cp, profile) = slim_cp_bin()?;
+    let mut setups = Vec::new();
+    if args.wants(SLIM) {
+        println!("slim-cp:   {} ({profile})", slim_cp.display());
+        setups = args.slim_setups();
+    }
+    if args.wants(REFERENCE) {
+        match reference_bin() {
+            Some(bin) => {
+                println!("reference: {}", bin.display());
+                setups.push(Setup::Reference(bin));
+            }
+            None => println!("reference: slim-control-plane not installed; skipped"),
+        }
+    }
+    Ok((slim_cp, setups))
+}
+
+/// The fleet of size `s`: node i in group i % groups, 32 to a connection.
+fn start_fleet(url: &str, s: Size) -> Result<SimFleet> {
+    let specs = (0..s.nodes).map(|i| {
+        // Endpoints are only names in the simulated network.
+        let ep = format!("10.{}.{}.{}:46357", i >> 16, (i >> 8) & 255, i & 255);
+        let mut spec = SimNodeSpec::new(&format!("n{i}"), Some(&format!("g{}", i % s.groups)), &ep);
+        spec.external_endpoint = Some(ep);
+        spec
+    });
+    let opts = FleetOptions {
+        nodes_per_channel: NODES_PER_CHANNEL,
+        node: SimOptions::default(),
+    };
+    let fleet = SimFleet::start(url, specs.collect(), opts)?;
+    // Apps subscribe at boot; each node announces once registered.
+    for k in 0..s.names {
+        fleet.nodes()[s.announcer(k)].announce(["bench", "ns", &format!("name{k}")])?;
+    }
+    Ok(fleet)
+}
+
+async fn run(setup: &Setup, slim_cp: &Path, s: Size, dir: &Path, args: &Args) -> Result<Outcome> {
+    let timeout = announce(setup, s, args);
+    let tag = format!("{}-{}n", setup.label().replace(' ', "-"), s.nodes);
+    let deployment = Deployment::start(setup, slim_cp, &dir.join(tag)).await?;
+    let t0 = Instant::now();
+    let fleet = start_fleet(&deployment.url(), s)?;
+    let mut w = Watch::run(&fleet, s, t0, timeout).await;
+    // Right after convergence, before the settle period adds anything.
+    let (peak_mb, commands) = (deployment.peak_rss_mb(), fleet.commands_received());
+    let stable = match w.converged {
+        Some(t) => settle(&mut w, &fleet, t, commands).await,
+        None => true,
+    };
+    println!("  slowest fleet inspection {} ms", w.worst.as_millis());
+    for (node, why) in fleet.lost().into_iter().take(5) {
+        println!("  LOST {node}: {why}");
+    }
+    drop(fleet);
+    let db_mb = deployment.stop().await?;
+    if let Some(mb) = db_mb {
+        println!("  database size after the run: {mb:.1} MB");
+    }
+    Ok(Outcome {
+        size: s,
+        setup: setup.clone(),
+        converged: w.converged,
+        covered: w.covered,
+        commands,
+        peak_mb,
+        duplicates: w.seen.len().saturating_sub(s.pairs()),
+        stable,
+        db_mb,
+        last: w.last,
+    })
+}
+
+/// Prints what is about to run, and how busy the machine is (other work
+/// skews timings); returns the bound on convergence.
+fn announce(setup: &Setup, s: Size, args: &Args) -> Duration {
+    let bound = if matches!(setup, Setup::Reference(_)) {
+        400
+    } else {
+        300
+    };
+    let timeout = args.timeout.unwrap_or(Duration::from_secs(bound));
+    let (label, n, g, k, secs) = (setup.label(), s.nodes, s.groups, s.names, timeout.as_secs());
+    println!("--- {label}: {n} nodes, {g} groups, {k} names (bound {secs} s) ---");
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("  load average at start: {}", load.trim());
+    timeout
+}
+
+/// Prints the convergence, watches the settle period, and says whether
+/// the fleet stayed converged.
+async fn settle(w: &mut Watch, fleet: &SimFleet, t: Duration, commands: u64) -> bool {
+    let t = t.as_secs_f64();
+    println!("  converged at {t:.2} s: {}; cmds {commands}", w.last);
+    let stable = w.settle(fleet).await;
+    let verdict = if stable { "still" } else { "NO LONGER" };
+    let (more, wait) = (fleet.commands_received(), SETTLE.as_secs());
+    println!(
+        "  {wait} s later: {verdict} converged ({}); cmds {more}",
+        w.last
+    );
+    stable
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpu.lines().find(|l| l.starts_with("model name"));
+    let model = model.and_then(|l| l.split(':').nth(1)).unwrap_or("?");
+    let mem = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let gib = proc_field(&mem, "MemTotal:") / 1024.0 / 1024.0;
+    let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let model = model.trim();
+    format!("machine: nproc {nproc}, {model}, {gib:.1} GiB memory")
+}
+
+fn reference_bin() -> Option<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(d) = std::env::var_os("SLIM_UPSTREAM_DIR").filter(|d| !d.is_empty()) {
+        dirs.push(PathBuf::from(d).join("bin"));
+    }
+    if let Some(h) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        dirs.push(PathBuf::from(h).join(".cache/slim-cp/upstream/bin"));
+    }
+    let bins = dirs.into_iter().map(|d| d.join("slim-control-plane"));
+    bins.into_iter().find(|p| p.is_file())
+}
