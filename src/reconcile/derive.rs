@@ -88,8 +88,17 @@ async fn drop_templates(
     store: &dyn Store,
     plan: &templates::TemplatePlan,
 ) -> Result<(), StoreError> {
-    for node in &plan.drop_all {
-        store.drop_templates_before(node, u64::MAX).await?;
+    for (node, upto) in &plan.drop_all {
+        let gone = store
+            .drop_templates_before(node, upto.saturating_add(1))
+            .await?;
+        if gone > 0 {
+            tracing::info!(
+                node,
+                announcements = gone,
+                "announcements of a departed node dropped"
+            );
+        }
     }
     for (node, generation) in &plan.drop_older {
         store.drop_templates_before(node, *generation).await?;

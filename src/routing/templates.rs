@@ -12,12 +12,20 @@ use super::links::DEPARTURE_GRACE_SECS;
 use crate::store::model::{NodeRecord, Template};
 
 /// What the announcements come to.
+///
+/// Drops are bounded by the generation of the node record the plan saw,
+/// never "everything of a node": the facts were read in more than one
+/// look, and a node that registered and announced between the looks has
+/// announcements of a newer generation, which must survive. A node the
+/// plan did not see at all is left alone (the next look sees it; a
+/// deregistered node's announcements go before its record does).
 #[derive(Debug, Default, PartialEq)]
 pub struct TemplatePlan {
     /// Announcements routes are expanded for.
     pub live: Vec<Template>,
-    /// Nodes whose every announcement goes.
-    pub drop_all: Vec<String>,
+    /// `(node, generation)`: the node departed; its announcements up to
+    /// and including `generation` (its record's latest) go.
+    pub drop_all: Vec<(String, u64)>,
     /// `(node, generation)`: announcements of earlier generations go.
     pub drop_older: Vec<(String, u64)>,
     /// Look again after this many seconds.
@@ -37,11 +45,13 @@ pub fn plan(
     let mut out = TemplatePlan::default();
     let mut older_dropped = BTreeMap::new();
     for id in announcers {
-        let node = by_id.get(id).filter(|_| holding.contains(id));
-        let Some(node) = node else {
-            out.drop_all.push(id.to_string());
+        let Some(node) = by_id.get(id) else {
             continue;
         };
+        if !holding.contains(id) {
+            out.drop_all.push((id.to_string(), node.generation));
+            continue;
+        }
         let stale = templates
             .iter()
             .any(|t| t.node == id && t.generation < node.generation);
@@ -115,10 +125,22 @@ mod tests {
     #[test]
     fn announcements_of_departed_nodes_go() {
         let templates = [mk_template("g/gone", "x", 1), mk_template("g/n", "y", 1)];
-        let nodes = [mk_node("g/n", 1, 0)];
+        let nodes = [mk_node("g/gone", 3, 0), mk_node("g/n", 1, 0)];
         let p = plan(&nodes, &templates, &BTreeSet::from(["g/n"]), 100);
-        assert_eq!(p.drop_all, ["g/gone"]);
+        assert_eq!(p.drop_all, [("g/gone".to_string(), 3)]);
         assert_eq!(p.live, [templates[1].clone()]);
+    }
+
+    /// Regression: derivation read the nodes, then the templates; a node
+    /// that registered and announced in between was unknown to the first
+    /// look and all its announcements were dropped for good (the names
+    /// were never routed). Only what the plan saw may go.
+    #[test]
+    fn a_node_unknown_to_the_plan_keeps_its_announcements() {
+        let templates = [mk_template("g/new", "x", 7)];
+        let p = plan(&[], &templates, &BTreeSet::new(), 100);
+        assert!(p.drop_all.is_empty(), "{p:?}");
+        assert!(p.live.is_empty(), "not routed until the node is seen");
     }
 
     #[test]

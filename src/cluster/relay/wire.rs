@@ -96,8 +96,9 @@ pub fn error_from(node: &str, epoch: u64, s: &Status) -> TransportError {
     match s.code() {
         Code::NotFound => TransportError::NotConnected(node.to_string()),
         Code::Aborted => TransportError::SessionEnded,
-        Code::FailedPrecondition => fenced_from(s, epoch)
-            .unwrap_or_else(|| TransportError::Relay(s.message().to_string())),
+        Code::FailedPrecondition => {
+            fenced_from(s, epoch).unwrap_or_else(|| TransportError::Relay(s.message().to_string()))
+        }
         Code::InvalidArgument => TransportError::Refused(s.message().to_string()),
         Code::DeadlineExceeded if s.message().starts_with(NODE_TIMEOUT) => {
             TransportError::Timeout(Duration::ZERO)
@@ -158,10 +159,19 @@ mod tests {
             assert_eq!(error_from("g/n", 3, &status_of(e.clone())), e);
         }
         let timeout = status_of(TransportError::Timeout(Duration::from_secs(30)));
-        assert!(matches!(error_from("g/n", 0, &timeout), TransportError::Timeout(_)));
+        assert!(matches!(
+            error_from("g/n", 0, &timeout),
+            TransportError::Timeout(_)
+        ));
         let gone = Status::unavailable("connection refused");
-        assert!(matches!(error_from("g/n", 0, &gone), TransportError::Relay(_)));
+        assert!(matches!(
+            error_from("g/n", 0, &gone),
+            TransportError::Relay(_)
+        ));
         let relay_deadline = Status::deadline_exceeded("relay call timed out");
-        assert!(matches!(error_from("g/n", 0, &relay_deadline), TransportError::Relay(_)));
+        assert!(matches!(
+            error_from("g/n", 0, &relay_deadline),
+            TransportError::Relay(_)
+        ));
     }
 }
