@@ -88,8 +88,12 @@ impl Proc {
     pub fn start(&mut self, ports: &[u16]) -> Result<()> {
         let log = File::options().create(true).append(true).open(&self.log)?;
         let mut cmd = Command::new(&self.cmd[0]);
-        // RUST_LOG would override the config's log level (in slim-cp only).
+        // RUST_LOG would override the config's log level (in slim-cp only);
+        // SLIM_CP_BENCH_RUST_LOG sets it on purpose, for profiling a run.
         cmd.args(&self.cmd[1..]).env_remove("RUST_LOG");
+        if let Ok(filter) = std::env::var("SLIM_CP_BENCH_RUST_LOG") {
+            cmd.env("RUST_LOG", filter);
+        }
         cmd.current_dir(self.log.parent().unwrap_or(Path::new(".")));
         cmd.stdin(Stdio::null())
             .stdout(log.try_clone()?)

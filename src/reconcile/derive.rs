@@ -9,7 +9,7 @@ use tracing::warn;
 
 use crate::config::TopologyConfig;
 use crate::routing::{links, routes, templates, topology};
-use crate::store::model::Route;
+use crate::store::model::{NodeRecord, Route};
 use crate::store::{ChangeSet, Store, StoreError};
 
 /// What a derivation changed.
@@ -22,16 +22,17 @@ pub struct Derivation {
     pub recheck_in: Option<std::time::Duration>,
 }
 
-/// Derives and writes the desired links and routes. `arrived` are nodes
-/// that registered since the last derivation: the sources of links towards
-/// them are reconciled too, so a connection that died with the node's
-/// previous life is dialled again.
+/// Derives and writes the desired links and routes from `nodes` (every
+/// node record, as just read) and the rest of the store. `arrived` are
+/// nodes that registered since the last derivation: the sources of links
+/// towards them are reconciled too, so a connection that died with the
+/// node's previous life is dialled again.
 pub async fn derive(
     store: &dyn Store,
     mode: &TopologyConfig,
     arrived: &BTreeSet<String>,
+    nodes: Vec<NodeRecord>,
 ) -> Result<Derivation, StoreError> {
-    let nodes = store.list_nodes().await?;
     let templates = store.list_templates().await?;
     let stored_links = store.list_links().await?;
     let stored_routes = store.list_routes().await?;

@@ -5,6 +5,8 @@
 //! Only the leader runs it; in memory mode the single replica is the leader.
 
 use std::collections::{BTreeSet, HashMap};
+
+use crate::store::model::NodeRecord;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -115,21 +117,51 @@ impl Leader {
         self.seen.keys().for_each(|n| self.inbox.node_changed(n));
     }
 
+    /// One look at every node serves both the lifecycle of the batch's
+    /// nodes and the derivation (a second look only when a transition
+    /// changed records): a batch costs a few queries, whatever its size.
     async fn handle(&mut self, batch: Vec<String>) -> Result<(), StoreError> {
+        let nodes = match self.store.list_nodes().await {
+            Ok(nodes) => nodes,
+            Err(e @ StoreError::Fenced { .. }) => return Err(e),
+            Err(e) => {
+                batch.iter().for_each(|n| self.retry_later(n, &e));
+                return Ok(());
+            }
+        };
         let mut arrived = BTreeSet::new();
-        for node in batch {
-            match self.observe(&node).await {
-                Ok(true) => {
-                    arrived.insert(node);
+        let mut changed = false;
+        {
+            let by_id: HashMap<&str, &NodeRecord> =
+                nodes.iter().map(|n| (n.id.as_str(), n)).collect();
+            for node in batch {
+                match self.observe(&node, by_id.get(node.as_str()).copied()).await {
+                    Ok(o) => {
+                        changed |= o.wrote;
+                        if o.arrived {
+                            arrived.insert(node);
+                        }
+                    }
+                    Err(e @ StoreError::Fenced { .. }) => return Err(e),
+                    Err(e) => self.retry_later(&node, &e),
                 }
-                Ok(false) => {}
-                Err(e @ StoreError::Fenced { .. }) => return Err(e),
-                Err(e) => self.retry_later(&node, &e),
             }
         }
-        match derive(self.store.as_ref(), &self.topology, &arrived).await {
+        let nodes = if changed {
+            self.store.list_nodes().await?
+        } else {
+            nodes
+        };
+        let started = tokio::time::Instant::now();
+        match derive(self.store.as_ref(), &self.topology, &arrived, nodes).await {
             Ok(d) => {
-                debug!(changes = d.changes, affected = d.affected.len(), "derived");
+                let took = started.elapsed();
+                debug!(
+                    changes = d.changes,
+                    affected = d.affected.len(),
+                    ?took,
+                    "derived"
+                );
                 for n in d.affected.iter().chain(&arrived) {
                     self.queue.add(n);
                 }
@@ -167,37 +199,44 @@ impl Leader {
         });
     }
 
-    /// Applies the node's lifecycle transitions; returns whether it arrived.
-    async fn observe(&mut self, node: &str) -> Result<bool, StoreError> {
+    /// Applies the node's lifecycle transitions, judged on `record` (its
+    /// record in this batch's look).
+    async fn observe(
+        &mut self,
+        node: &str,
+        record: Option<&NodeRecord>,
+    ) -> Result<Observed, StoreError> {
+        let mut out = Observed::default();
         if node.is_empty() {
-            return Ok(false);
+            return Ok(out);
         }
-        let record = self.store.get_node(node).await?;
         let seen = self.seen.get(node).copied();
-        let (todo, next) = transitions(seen, record.as_ref());
+        let (todo, next) = transitions(seen, record);
         let mut forgotten = false;
-        let mut arrived = false;
         for t in todo {
-            arrived |= matches!(t, Transition::Arrived { .. });
-            forgotten |= self.apply(node, t).await?;
+            out.arrived |= matches!(t, Transition::Arrived { .. });
+            let (wrote, gone) = self.apply(node, t).await?;
+            out.wrote |= wrote;
+            forgotten |= gone;
         }
         match next.filter(|_| !forgotten) {
             Some(s) => self.seen.insert(node.to_string(), s),
             None => self.seen.remove(node),
         };
-        Ok(arrived)
+        Ok(out)
     }
 
-    /// Acts on one transition; returns whether the node's record is gone.
-    async fn apply(&self, node: &str, t: Transition) -> Result<bool, StoreError> {
+    /// Acts on one transition; returns whether it wrote to the store and
+    /// whether the node's record is gone.
+    async fn apply(&self, node: &str, t: Transition) -> Result<(bool, bool), StoreError> {
         debug!(node, ?t, "lifecycle transition");
         match t {
             // Announcements of a crashed or returning node are judged by the
             // derivation, after the departure grace (see routing::templates).
-            Transition::Arrived { .. } => Ok(false),
+            Transition::Arrived { .. } => Ok((false, false)),
             Transition::Departed { generation, kind } => {
                 if kind != DepartureKind::Deregistered {
-                    return Ok(false);
+                    return Ok((false, false));
                 }
                 let upto = generation.saturating_add(1);
                 self.store.drop_templates_before(node, upto).await?;
@@ -205,8 +244,16 @@ impl Leader {
                 if forgotten {
                     info!(node, "deregistered node forgotten");
                 }
-                Ok(forgotten)
+                Ok((true, forgotten))
             }
         }
     }
+}
+
+/// What observing one node found.
+#[derive(Debug, Default)]
+struct Observed {
+    arrived: bool,
+    /// A transition changed the store (the batch's look is stale).
+    wrote: bool,
 }

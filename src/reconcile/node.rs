@@ -13,7 +13,7 @@ use super::queue::Outcome;
 use crate::cluster::LeaderToken;
 use crate::names;
 use crate::proto::sb;
-use crate::store::model::RouteStatus;
+use crate::store::model::{LinkAnswer, RouteMark, RouteStatus};
 use crate::store::{ChangeSet, Store, StoreError};
 use crate::transport::{Transport, TransportError};
 
@@ -79,26 +79,41 @@ impl Reconciler {
     }
 
     async fn reconcile(&self, node: &str) -> Result<Outcome, ReconcileError> {
-        let target = match self.transport.target(node).await {
+        let t0 = tokio::time::Instant::now();
+        // The three lookups are independent: one round trip's wait, not three.
+        let (target, links, routes) = tokio::join!(
+            self.transport.target(node),
+            self.store.links_touching(node),
+            self.store.routes_sourced(node)
+        );
+        let target = match target {
             Ok(t) => t,
             // Not connected anywhere: its next registration enqueues it.
             Err(TransportError::NotConnected(_)) => return Ok(Outcome::Done),
             Err(e) => return Err(e.into()),
         };
-        let links = self.store.links_touching(node).await?;
-        let routes = self.store.routes_sourced(node).await?;
+        let (links, routes) = (links?, routes?);
+        let t1 = t0.elapsed();
         let (conns, live_routes) = tokio::try_join!(
             self.transport.list_connections_at(&target),
             self.transport.list_routes_at(&target)
         )?;
+        let t2 = t0.elapsed();
         let live = Live {
             connections: &conns,
             routes: &live_routes,
         };
         let step = diff::decide(node, &links, &routes, &live, self.orphan_detection);
-        for id in &step.already {
-            self.store.mark_route(id, RouteStatus::Applied, "").await?;
-        }
+        let already: Vec<RouteMark> = step
+            .already
+            .iter()
+            .map(|id| RouteMark {
+                id: id.clone(),
+                status: RouteStatus::Applied,
+                message: String::new(),
+            })
+            .collect();
+        self.store.mark_routes(&already).await?;
         if !step.gone.is_empty() {
             let changes = ChangeSet {
                 delete_links: step.gone.clone(),
@@ -111,7 +126,9 @@ impl Reconciler {
                 .transport
                 .command_at(&target, step.command.clone(), &self.token)
                 .await?;
+            let t3 = t0.elapsed();
             self.record(node, &step, &ack).await?;
+            debug!(node, ?t1, ?t2, ?t3, total = ?t0.elapsed(), "reconciled with a command");
         }
         Ok(if step.deferred > 0 {
             Outcome::RequeueAfter(DEFER)
@@ -120,8 +137,8 @@ impl Reconciler {
         })
     }
 
-    /// Records the node's per-item answers; any failure makes the whole
-    /// step fail so the queue retries with backoff.
+    /// Records the node's per-item answers, all at once; any failure
+    /// makes the whole step fail so the queue retries with backoff.
     async fn record(
         &self,
         node: &str,
@@ -129,43 +146,10 @@ impl Reconciler {
         ack: &sb::ConfigurationCommandAck,
     ) -> Result<(), ReconcileError> {
         let mut failures = Vec::new();
-        let mut gone = Vec::new();
-        for s in &ack.connections_status {
-            if step.creating.contains(&s.link_id) {
-                self.store
-                    .mark_link_sent(&s.link_id, node, s.success, &s.error_msg)
-                    .await?;
-                if !s.success {
-                    failures.push(format!("link {}: {}", s.link_id, s.error_msg));
-                }
-            } else if step.deleting.contains(&s.link_id) {
-                if s.success || diff::is_not_found(&s.error_msg) {
-                    gone.push(s.link_id.clone());
-                } else {
-                    failures.push(format!("delete {}: {}", s.link_id, s.error_msg));
-                }
-            }
-        }
-        for s in &ack.routes_status {
-            let Some(route) = &s.route else { continue };
-            let key = route
-                .name
-                .as_ref()
-                .and_then(|n| names::from_wire(n).ok())
-                .zip(route.link_id.clone());
-            let Some(id) = key.and_then(|k| step.setting.get(&k)) else {
-                continue;
-            };
-            let status = if s.success {
-                RouteStatus::Applied
-            } else {
-                RouteStatus::Failed
-            };
-            self.store.mark_route(id, status, &s.error_msg).await?;
-            if !s.success {
-                failures.push(format!("route {id}: {}", s.error_msg));
-            }
-        }
+        let (answers, gone) = link_answers(step, ack, &mut failures);
+        let marks = route_marks(step, ack, &mut failures);
+        self.store.mark_links_sent(node, &answers).await?;
+        self.store.mark_routes(&marks).await?;
         if !gone.is_empty() {
             self.store
                 .apply(ChangeSet {
@@ -179,4 +163,65 @@ impl Reconciler {
             false => Err(ReconcileError::Refused(failures.join("; "))),
         }
     }
+}
+
+/// The answers to the links the step created, and the deleted links the
+/// node no longer holds.
+fn link_answers(
+    step: &Step,
+    ack: &sb::ConfigurationCommandAck,
+    failures: &mut Vec<String>,
+) -> (Vec<LinkAnswer>, Vec<String>) {
+    let (mut answers, mut gone) = (Vec::new(), Vec::new());
+    for s in &ack.connections_status {
+        if step.creating.contains(&s.link_id) {
+            answers.push(LinkAnswer {
+                link_id: s.link_id.clone(),
+                ok: s.success,
+                message: s.error_msg.clone(),
+            });
+            if !s.success {
+                failures.push(format!("link {}: {}", s.link_id, s.error_msg));
+            }
+        } else if step.deleting.contains(&s.link_id) {
+            if s.success || diff::is_not_found(&s.error_msg) {
+                gone.push(s.link_id.clone());
+            } else {
+                failures.push(format!("delete {}: {}", s.link_id, s.error_msg));
+            }
+        }
+    }
+    (answers, gone)
+}
+
+/// The answers to the routes the step set.
+fn route_marks(
+    step: &Step,
+    ack: &sb::ConfigurationCommandAck,
+    failures: &mut Vec<String>,
+) -> Vec<RouteMark> {
+    let mut marks = Vec::new();
+    for s in &ack.routes_status {
+        let Some(route) = &s.route else { continue };
+        let key = route
+            .name
+            .as_ref()
+            .and_then(|n| names::from_wire(n).ok())
+            .zip(route.link_id.clone());
+        let Some(id) = key.and_then(|k| step.setting.get(&k)) else {
+            continue;
+        };
+        let status = if s.success {
+            RouteStatus::Applied
+        } else {
+            failures.push(format!("route {id}: {}", s.error_msg));
+            RouteStatus::Failed
+        };
+        marks.push(RouteMark {
+            id: id.clone(),
+            status,
+            message: s.error_msg.clone(),
+        });
+    }
+    marks
 }

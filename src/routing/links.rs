@@ -437,6 +437,11 @@ fn create<'a>(
     out: &mut LinkPlan,
 ) -> Option<Link> {
     let group = |g: &'a str| ctx.group(g);
+    // A group whose nodes are all still registering (or within their
+    // grace) has nobody to link yet; that is not a missing endpoint.
+    if group(a).nodes.is_empty() || group(b).nodes.is_empty() {
+        return None;
+    }
     let key = pair_key(a, b);
     let (src_group, dst_group) = if group(b).with_external().next().is_some() {
         (a, b)

@@ -5,8 +5,8 @@
 use uuid::Uuid;
 
 use super::model::{
-    DepartureKind, Link, LinkStatus, Name, Registration, ReplicaRef, ReportedConnection, Route,
-    RouteStatus, SessionState,
+    DepartureKind, Link, LinkAnswer, LinkStatus, Name, Registration, ReplicaRef,
+    ReportedConnection, Route, RouteMark, RouteStatus, SessionState,
 };
 use super::{ChangeSet, Store};
 use crate::store::StoreError;
@@ -44,6 +44,7 @@ macro_rules! store_conformance_tests {
             links_touching_include_claimed_and_tombstones,
             link_answers_follow_the_status_rules,
             route_marks_need_the_route,
+            answers_of_one_command_are_recorded_at_once,
             one_live_link_per_group_pair,
             a_restarted_replica_ends_its_earlier_sessions,
             link_claims_round_trip,
@@ -116,6 +117,26 @@ fn mk_route(id: &str, source: &str, link: &str, status: RouteStatus) -> Route {
         status_msg: String::new(),
         updated_at: 0,
     }
+}
+
+/// One answer to a link creation; whether the link was found.
+async fn mark_link(store: &dyn Store, id: &str, source: &str, ok: bool, message: &str) -> bool {
+    let answer = LinkAnswer {
+        link_id: id.into(),
+        ok,
+        message: message.into(),
+    };
+    store.mark_links_sent(source, &[answer]).await.unwrap() == 1
+}
+
+/// One route mark; whether the route was found.
+async fn mark_route(store: &dyn Store, id: &str, status: RouteStatus, message: &str) -> bool {
+    let mark = RouteMark {
+        id: id.into(),
+        status,
+        message: message.into(),
+    };
+    store.mark_routes(&[mark]).await.unwrap() == 1
 }
 
 async fn start(store: &dyn Store, id: &str) -> super::SessionStart {
@@ -549,65 +570,38 @@ pub async fn links_touching_include_claimed_and_tombstones(store: &dyn Store) {
 pub async fn link_answers_follow_the_status_rules(store: &dyn Store) {
     store.put_link(mk_link("l-1", "a/n1", false)).await.unwrap();
     assert!(
-        !store
-            .mark_link_sent("l-1", "a/other", true, "")
-            .await
-            .unwrap(),
+        !mark_link(store, "l-1", "a/other", true, "").await,
         "not its source"
     );
-    assert!(
-        !store
-            .mark_link_sent("l-none", "a/n1", true, "")
-            .await
-            .unwrap()
-    );
+    assert!(!mark_link(store, "l-none", "a/n1", true, "").await);
     let status = || async { store.list_links().await.unwrap()[0].status };
-    assert!(store.mark_link_sent("l-1", "a/n1", true, "").await.unwrap());
+    assert!(mark_link(store, "l-1", "a/n1", true, "").await);
     assert_eq!(status().await, LinkStatus::Connecting);
-    store
-        .mark_link_sent("l-1", "a/n1", false, "refused")
-        .await
-        .unwrap();
+    mark_link(store, "l-1", "a/n1", false, "refused").await;
     assert_eq!(status().await, LinkStatus::Failed);
     assert_eq!(store.list_links().await.unwrap()[0].status_msg, "refused");
-    store.mark_link_sent("l-1", "a/n1", true, "").await.unwrap();
+    mark_link(store, "l-1", "a/n1", true, "").await;
     assert_eq!(status().await, LinkStatus::Connecting, "a retry recovers");
     let mut applied = mk_link("l-1", "a/n1", false);
     applied.status = LinkStatus::Applied;
     store.put_link(applied).await.unwrap();
-    store
-        .mark_link_sent("l-1", "a/n1", false, "late")
-        .await
-        .unwrap();
+    mark_link(store, "l-1", "a/n1", false, "late").await;
     assert_eq!(
         status().await,
         LinkStatus::Applied,
         "a claimed link stays applied"
     );
     store.put_link(mk_link("l-1", "a/n1", true)).await.unwrap();
-    assert!(
-        !store.mark_link_sent("l-1", "a/n1", true, "").await.unwrap(),
-        "deleted"
-    );
+    assert!(!mark_link(store, "l-1", "a/n1", true, "").await, "deleted");
 }
 
 pub async fn route_marks_need_the_route(store: &dyn Store) {
-    assert!(
-        !store
-            .mark_route("r-1", RouteStatus::Applied, "")
-            .await
-            .unwrap()
-    );
+    assert!(!mark_route(store, "r-1", RouteStatus::Applied, "").await);
     store
         .put_route(mk_route("r-1", "a/n1", "l-1", RouteStatus::Pending))
         .await
         .unwrap();
-    assert!(
-        store
-            .mark_route("r-1", RouteStatus::Failed, "no conn")
-            .await
-            .unwrap()
-    );
+    assert!(mark_route(store, "r-1", RouteStatus::Failed, "no conn").await);
     let r = &store.list_routes().await.unwrap()[0];
     assert_eq!(
         (r.status, r.status_msg.as_str()),
@@ -707,4 +701,59 @@ pub async fn a_restarted_replica_ends_its_earlier_sessions(store: &dyn Store) {
             .unwrap()
             .is_empty()
     );
+}
+
+pub async fn answers_of_one_command_are_recorded_at_once(store: &dyn Store) {
+    for (id, source) in [("l-1", "a/n1"), ("l-2", "a/n1"), ("l-3", "a/other")] {
+        let mut link = mk_link(id, source, false);
+        link.dest_group = format!("b-{id}");
+        store.put_link(link).await.unwrap();
+    }
+    let answer = |id: &str, ok: bool, message: &str| LinkAnswer {
+        link_id: id.into(),
+        ok,
+        message: message.into(),
+    };
+    let answers = [
+        answer("l-1", false, "first"),
+        answer("l-2", false, "refused"),
+        answer("l-3", true, ""),
+        answer("l-missing", true, ""),
+        answer("l-1", true, ""),
+    ];
+    assert_eq!(store.mark_links_sent("a/n1", &answers).await.unwrap(), 2);
+    let links = store.list_links().await.unwrap();
+    let got: Vec<_> = links
+        .iter()
+        .map(|l| (l.link_id.as_str(), l.status, l.status_msg.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("l-1", LinkStatus::Connecting, ""),
+            ("l-2", LinkStatus::Failed, "refused"),
+            ("l-3", LinkStatus::Pending, ""),
+        ],
+        "the last answer wins; another source's link is not touched"
+    );
+    store
+        .put_route(mk_route("r-1", "a/n1", "l-1", RouteStatus::Pending))
+        .await
+        .unwrap();
+    let mark = |id: &str, status, message: &str| RouteMark {
+        id: id.into(),
+        status,
+        message: message.into(),
+    };
+    let marks = [
+        mark("r-1", RouteStatus::Failed, "no conn"),
+        mark("r-none", RouteStatus::Applied, ""),
+        mark("r-1", RouteStatus::Applied, ""),
+    ];
+    assert_eq!(store.mark_routes(&marks).await.unwrap(), 1);
+    assert_eq!(
+        store.list_routes().await.unwrap()[0].status,
+        RouteStatus::Applied
+    );
+    assert_eq!(store.mark_routes(&[]).await.unwrap(), 0);
 }

@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::model::{
-    DepartureKind, DesiredState, Link, Name, NodeRecord, Registration, ReplicaRef, Route,
-    RouteStatus, Segment, Template,
+    DepartureKind, DesiredState, Link, LinkAnswer, Name, NodeRecord, Registration, ReplicaRef,
+    Route, RouteMark, Segment, Template,
 };
 use super::{ChangeSet, SessionStart, Store, StoreError};
 
@@ -91,7 +91,7 @@ delegate! {
     fn apply(&self, changes: ChangeSet) -> ();
     fn links_touching(&self, node: &str) -> Vec<Link>;
     fn routes_sourced(&self, node: &str) -> Vec<Route>;
-    fn mark_link_sent(&self, link_id: &str, source: &str, ok: bool, message: &str) -> bool;
-    fn mark_route(&self, id: &str, status: RouteStatus, message: &str) -> bool;
+    fn mark_links_sent(&self, source: &str, answers: &[LinkAnswer]) -> usize;
+    fn mark_routes(&self, marks: &[RouteMark]) -> usize;
     fn end_earlier_incarnations(&self, replica: &ReplicaRef) -> Vec<String>;
 }

@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::model::{
-    Departure, DepartureKind, DesiredState, Link, LinkStatus, Name, NodeRecord, Registration,
-    ReplicaRef, Route, RouteStatus, Segment, Session, SessionState, Template, edge,
+    Departure, DepartureKind, DesiredState, Link, LinkAnswer, LinkStatus, Name, NodeRecord,
+    Registration, ReplicaRef, Route, RouteMark, Segment, Session, SessionState, Template, edge,
 };
 use super::{ChangeSet, SessionStart, Store, StoreError};
 use crate::clock::unix_now;
@@ -375,45 +375,46 @@ impl Store for MemoryStore {
             .collect())
     }
 
-    async fn mark_link_sent(
+    async fn mark_links_sent(
         &self,
-        link_id: &str,
         source: &str,
-        ok: bool,
-        message: &str,
-    ) -> Result<bool, StoreError> {
+        answers: &[LinkAnswer],
+    ) -> Result<usize, StoreError> {
         let mut st = self.lock();
-        let Some(l) = st.links.get_mut(link_id) else {
-            return Ok(false);
-        };
-        if l.deleted || l.source_node != source {
-            return Ok(false);
+        let mut found = BTreeSet::new();
+        for a in answers {
+            let Some(l) = st.links.get_mut(&a.link_id) else {
+                continue;
+            };
+            if l.deleted || l.source_node != source {
+                continue;
+            }
+            found.insert(a.link_id.as_str());
+            let next = sent_status(l.status, a.ok);
+            if next != l.status || l.status_msg != a.message {
+                l.status = next;
+                l.status_msg.clone_from(&a.message);
+                l.updated_at = unix_now();
+            }
         }
-        let next = sent_status(l.status, ok);
-        if next != l.status || l.status_msg != message {
-            l.status = next;
-            l.status_msg = message.to_string();
-            l.updated_at = unix_now();
-        }
-        Ok(true)
+        Ok(found.len())
     }
 
-    async fn mark_route(
-        &self,
-        id: &str,
-        status: RouteStatus,
-        message: &str,
-    ) -> Result<bool, StoreError> {
+    async fn mark_routes(&self, marks: &[RouteMark]) -> Result<usize, StoreError> {
         let mut st = self.lock();
-        let Some(r) = st.routes.get_mut(id) else {
-            return Ok(false);
-        };
-        if r.status != status || r.status_msg != message {
-            r.status = status;
-            r.status_msg = message.to_string();
-            r.updated_at = unix_now();
+        let mut found = BTreeSet::new();
+        for m in marks {
+            let Some(r) = st.routes.get_mut(&m.id) else {
+                continue;
+            };
+            found.insert(m.id.as_str());
+            if r.status != m.status || r.status_msg != m.message {
+                r.status = m.status;
+                r.status_msg.clone_from(&m.message);
+                r.updated_at = unix_now();
+            }
         }
-        Ok(true)
+        Ok(found.len())
     }
 
     async fn end_earlier_incarnations(

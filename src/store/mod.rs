@@ -241,27 +241,22 @@ pub trait Store: Send + Sync + 'static {
     /// Routes sourced at the node, ordered by `id`.
     async fn routes_sourced(&self, node: &str) -> Result<Vec<Route>, StoreError>;
 
-    /// Records the source's answer to a link creation, if the link is not
+    /// Records the source's answers to link creations, each if the link is not
     /// deleted and `source` is still its source: success moves Pending or
     /// Failed to Connecting; failure moves Pending or Connecting to Failed.
-    /// An Applied (claimed) link keeps its status. Returns whether the link
-    /// was found as described.
-    async fn mark_link_sent(
+    /// An Applied (claimed) link keeps its status. All answers of one
+    /// command are recorded at once (a link answered twice takes its last
+    /// answer); returns how many distinct links were found as described.
+    async fn mark_links_sent(
         &self,
-        link_id: &str,
         source: &str,
-        ok: bool,
-        message: &str,
-    ) -> Result<bool, StoreError>;
+        answers: &[model::LinkAnswer],
+    ) -> Result<usize, StoreError>;
 
-    /// Sets a route's status and message if the route exists. Returns
-    /// whether it did.
-    async fn mark_route(
-        &self,
-        id: &str,
-        status: model::RouteStatus,
-        message: &str,
-    ) -> Result<bool, StoreError>;
+    /// Sets each route's status and message, if the route exists, at once
+    /// (a route marked twice takes its last mark). Returns how many distinct
+    /// routes existed.
+    async fn mark_routes(&self, marks: &[model::RouteMark]) -> Result<usize, StoreError>;
 
     /// Ends, as crashes, the sessions owned by an earlier incarnation of
     /// `replica` (same id, lower incarnation): a restarted replica owns no

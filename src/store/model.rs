@@ -226,6 +226,22 @@ impl Route {
     }
 }
 
+/// A source's answer to a link creation it was sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkAnswer {
+    pub link_id: String,
+    pub ok: bool,
+    pub message: String,
+}
+
+/// A node's answer to a route it was sent (or found holding).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteMark {
+    pub id: String,
+    pub status: RouteStatus,
+    pub message: String,
+}
+
 /// What a node should hold: sent in its registration reply and by reconciles.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct DesiredState {

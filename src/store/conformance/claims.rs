@@ -54,7 +54,7 @@ pub async fn link_claims_round_trip(store: &dyn Store) {
     waiting.status = LinkStatus::Connecting;
     apply_link(store, &waiting).await;
     reads_back(store, &waiting, "and clears it, keeping the destination").await;
-    store.mark_link_sent("l-1", "a/n1", true, "").await.unwrap();
+    super::mark_link(store, "l-1", "a/n1", true, "").await;
     let after = store.list_links().await.unwrap();
     assert_eq!(
         (after[0].claim, after[0].status),

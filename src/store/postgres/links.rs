@@ -4,8 +4,8 @@
 //! never trips the index.
 
 use super::rows::{claim_sql, link_columns, link_from, link_status_from, link_status_sql};
-use super::tx::{Db, TxError, execute, query_map, query_opt};
-use crate::store::model::Link;
+use super::tx::{Db, TxError, execute, query, query_map};
+use crate::store::model::{Link, LinkAnswer};
 use crate::store::sent_status;
 
 const UPSERT: &str = "INSERT INTO links (link_id, source_node, source_group, dest_group, \
@@ -107,34 +107,46 @@ pub(super) async fn live_sourced(db: &Db<'_>, node: &str) -> Result<Vec<Link>, T
 
 /// Compare-and-set on (live, still sourced at `source`), then the shared
 /// status rule; a write only when something changes.
+/// The source's answers, judged on the links as they are (one read that
+/// locks them, then one write of those that change).
 pub(super) async fn mark_sent(
     db: &Db<'_>,
-    link_id: &str,
     source: &str,
-    ok: bool,
-    message: &str,
-) -> Result<bool, TxError> {
-    let row = query_opt(
+    answers: &[LinkAnswer],
+) -> Result<usize, TxError> {
+    let ids: Vec<&str> = answers.iter().map(|a| a.link_id.as_str()).collect();
+    let rows = query(
         db,
-        "SELECT status, status_msg FROM links \
-         WHERE link_id = $1 AND source_node = $2 AND NOT deleted FOR UPDATE",
-        &[&link_id, &source],
+        "SELECT link_id, status, status_msg FROM links \
+         WHERE link_id = ANY($1) AND source_node = $2 AND NOT deleted ORDER BY link_id FOR UPDATE",
+        &[&ids, &source],
     )
     .await?;
-    let Some(row) = row else {
-        return Ok(false);
-    };
-    let status = link_status_from(row.try_get("status")?)?;
-    let next = sent_status(status, ok);
-    let old_message: &str = row.try_get("status_msg")?;
-    if next != status || old_message != message {
+    let (mut changed, mut next_status, mut messages) = (Vec::new(), Vec::new(), Vec::new());
+    for row in &rows {
+        let id: &str = row.try_get("link_id")?;
+        let status = link_status_from(row.try_get("status")?)?;
+        let old_message: &str = row.try_get("status_msg")?;
+        // The last answer for a link wins, as when recorded one by one.
+        let Some(a) = answers.iter().rev().find(|a| a.link_id == id) else {
+            continue;
+        };
+        let next = sent_status(status, a.ok);
+        if next != status || old_message != a.message {
+            changed.push(id);
+            next_status.push(link_status_sql(next));
+            messages.push(a.message.as_str());
+        }
+    }
+    if !changed.is_empty() {
         execute(
             db,
-            "UPDATE links SET status = $2, status_msg = $3, updated_at = now() \
-             WHERE link_id = $1",
-            &[&link_id, &link_status_sql(next), &message],
+            "UPDATE links l SET status = u.status, status_msg = u.msg, updated_at = now() \
+             FROM unnest($1::text[], $2::text[], $3::text[]) AS u(id, status, msg) \
+             WHERE l.link_id = u.id",
+            &[&changed, &next_status, &messages],
         )
         .await?;
     }
-    Ok(true)
+    Ok(rows.len())
 }

@@ -2,7 +2,9 @@
 
 use super::rows::{name_id_sql, route_columns, route_from, route_status_sql};
 use super::tx::{Db, TxError, execute, query_map};
-use crate::store::model::{Route, RouteStatus};
+use std::collections::BTreeMap;
+
+use crate::store::model::{Route, RouteMark};
 
 const UPSERT: &str = "INSERT INTO routes (id, source_node, dest_node, link_id, component0, \
        component1, component2, name_id, status, status_msg, updated_at) \
@@ -84,19 +86,24 @@ pub(super) async fn desired(db: &Db<'_>, node: &str) -> Result<Vec<Route>, TxErr
 
 /// Sets status and message if the route exists; the timestamp moves only
 /// when one of them changes (the right-hand sides read the old row).
-pub(super) async fn mark(
-    db: &Db<'_>,
-    id: &str,
-    status: RouteStatus,
-    message: &str,
-) -> Result<bool, TxError> {
+/// Marks every route at once; returns how many existed. A route marked
+/// twice takes its last mark, as when marked one by one.
+pub(super) async fn mark(db: &Db<'_>, marks: &[RouteMark]) -> Result<usize, TxError> {
+    let mut last: BTreeMap<&str, &RouteMark> = BTreeMap::new();
+    for m in marks {
+        last.insert(m.id.as_str(), m);
+    }
+    let ids: Vec<&str> = last.keys().copied().collect();
+    let status: Vec<&str> = last.values().map(|m| route_status_sql(m.status)).collect();
+    let messages: Vec<&str> = last.values().map(|m| m.message.as_str()).collect();
     let n = execute(
         db,
-        "UPDATE routes SET updated_at = CASE WHEN status <> $2 OR status_msg <> $3 \
-           THEN now() ELSE updated_at END, status = $2, status_msg = $3 \
-         WHERE id = $1",
-        &[&id, &route_status_sql(status), &message],
+        "UPDATE routes r SET updated_at = CASE WHEN r.status <> u.status OR r.status_msg <> u.msg \
+           THEN now() ELSE r.updated_at END, status = u.status, status_msg = u.msg \
+         FROM unnest($1::text[], $2::text[], $3::text[]) AS u(id, status, msg) \
+         WHERE r.id = u.id",
+        &[&ids, &status, &messages],
     )
     .await?;
-    Ok(n > 0)
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }

@@ -8,8 +8,8 @@ use uuid::Uuid;
 use super::tx::{Db, Mode, Op, TxError, query_one};
 use super::{PgStore, changes, links, nodes, notify, routes, templates, topology};
 use crate::store::model::{
-    DepartureKind, DesiredState, Link, Name, NodeRecord, Registration, ReplicaRef, Route,
-    RouteStatus, Segment, Template,
+    DepartureKind, DesiredState, Link, LinkAnswer, Name, NodeRecord, Registration, ReplicaRef,
+    Route, RouteMark, Segment, Template,
 };
 use crate::store::{ChangeSet, SessionStart, Store, StoreError};
 
@@ -327,31 +327,30 @@ impl Store for PgStore {
             .await
     }
 
-    async fn mark_link_sent(
+    async fn mark_links_sent(
         &self,
-        link_id: &str,
         source: &str,
-        ok: bool,
-        message: &str,
-    ) -> Result<bool, StoreError> {
-        let args = (link_id, source, ok, message);
+        answers: &[LinkAnswer],
+    ) -> Result<usize, StoreError> {
+        if answers.is_empty() {
+            return Ok(0);
+        }
         self.tx
-            .run(self.derive("mark_link_sent"), args, |db, (l, s, ok, m)| {
-                Box::pin(links::mark_sent(db, l, s, *ok, m))
-            })
+            .run(
+                self.derive("mark_links_sent"),
+                (source, answers),
+                |db, (s, a)| Box::pin(links::mark_sent(db, s, a)),
+            )
             .await
     }
 
-    async fn mark_route(
-        &self,
-        id: &str,
-        status: RouteStatus,
-        message: &str,
-    ) -> Result<bool, StoreError> {
-        let args = (id, status, message);
+    async fn mark_routes(&self, marks: &[RouteMark]) -> Result<usize, StoreError> {
+        if marks.is_empty() {
+            return Ok(0);
+        }
         self.tx
-            .run(self.derive("mark_route"), args, |db, (id, st, m)| {
-                Box::pin(routes::mark(db, id, *st, m))
+            .run(self.derive("mark_routes"), marks, |db, m| {
+                Box::pin(routes::mark(db, m))
             })
             .await
     }
