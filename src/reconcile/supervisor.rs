@@ -24,12 +24,12 @@ use crate::transport::Transport;
 const WIND_DOWN: Duration = Duration::from_secs(5);
 
 /// The store a term writes through: fenced by the term's epoch.
-pub type FencedStore = Box<dyn Fn(u64) -> Arc<dyn Store> + Send + Sync>;
+pub type FencedStore = Arc<dyn Fn(u64) -> Arc<dyn Store> + Send + Sync>;
 
 /// Extra leader duties of a term (the cluster's wake-up listener and
 /// replica expiry), started with the term's token and stopped with it.
 pub type Duties =
-    Box<dyn Fn(&LeaderToken, &CancellationToken) -> Vec<JoinHandle<()>> + Send + Sync>;
+    Arc<dyn Fn(&LeaderToken, &CancellationToken) -> Vec<JoinHandle<()>> + Send + Sync>;
 
 /// What leader work is made of.
 pub struct Parts {

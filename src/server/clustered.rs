@@ -96,7 +96,7 @@ pub async fn start_clustered_on(
         }),
         fenced: {
             let pg = pg.clone();
-            Box::new(move |epoch| Arc::new(pg.with_fence(epoch)) as Arc<dyn Store>)
+            Arc::new(move |epoch| Arc::new(pg.with_fence(epoch)) as Arc<dyn Store>)
         },
         duties: Some(duties(&pg, &cluster, &identity, inbox)),
         election: Some(handle),
@@ -141,7 +141,7 @@ fn duties(
 ) -> Duties {
     let (pg, identity) = (pg.clone(), identity.clone());
     let (ttl, every) = (cluster.replica_ttl, cluster.heartbeat);
-    Box::new(move |token: &LeaderToken, term: &CancellationToken| {
+    Arc::new(move |token: &LeaderToken, term: &CancellationToken| {
         let listen = wakeups::listen(pg.direct_config(), inbox.clone(), term.clone());
         let fenced = pg.with_fence(token.epoch());
         let expire = expiry::watch(

@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -192,7 +193,7 @@ pub async fn start_on(
         leadership: Leadership::solo(1),
         identity,
         signals: inbox,
-        fenced: Box::new(move |_| fenced_store.clone()),
+        fenced: Arc::new(move |_| fenced_store.clone()),
         duties: None,
         election: None,
     };
@@ -244,68 +245,15 @@ impl Core {
         let writers = TaskTracker::new();
         let relay_cancel = CancellationToken::new();
         let admin = AdminService::new(replica.clone(), backing(replica.clone()));
-        let southbound = Southbound::new(southbound::Ctx {
-            store: self.store.clone(),
-            registry: self.transport.registry().clone(),
-            signals: self.signals.clone(),
-            identity: self.identity.clone(),
-            auth: opts.auth.clone(),
-            register_timeout: opts.register_timeout,
-            writers: writers.clone(),
-        });
-        let northbound = Northbound::new(northbound::Ctx {
-            store: self.store.clone(),
-            transport: self.transport.clone(),
-            topology: opts.topology.clone(),
-            signals: self.signals.clone(),
-        });
         let mut listeners = listen::Listeners::default();
-        let (sb_addr, sb) = listen::southbound(
-            &opts,
-            sockets.southbound,
-            southbound,
-            &cancel,
-            &mut listeners,
-        )?;
-        let (nb_addr, nb) = listen::northbound(
-            &opts,
-            sockets.northbound,
-            northbound,
-            admin,
-            &cancel,
-            &mut listeners,
-        )?;
-        info!(southbound_addr = %sb_addr, northbound_addr = %nb_addr, "listening");
-        let (relay_addr, mut tasks, failure) = match (extra, sockets.relay) {
-            (Some(extra), Some(listener)) => {
-                let service = (extra.relay)(replica);
-                let (addr, serve) = listen::relay(listener, service, &relay_cancel)?;
-                let mut tasks = extra.tasks;
-                tasks.push(serve);
-                (Some(addr), tasks, extra.failure)
-            }
-            _ => (None, Vec::new(), watch::channel(None).1),
-        };
-        tasks.push(sb);
-        tasks.push(nb);
-        let parts = Parts {
-            fenced: self.fenced,
-            transport: self.transport.clone(),
-            inbox: self.inbox.clone(),
-            topology: opts.topology.clone(),
-            reconciler: opts.reconciler.clone(),
-            duties: self.duties,
-        };
-        let supervise = supervisor::supervise(
-            self.leadership.clone(),
-            parts,
-            queues.clone(),
-            cancel.clone(),
-        );
-        tasks.push(tokio::spawn(supervise));
+        let public = self.serve_public(&opts, sockets, admin, &writers, &cancel, &mut listeners)?;
+        let mut tasks = public.tasks;
+        let (relay_addr, failure) =
+            attach(extra, public.relay, replica, &relay_cancel, &mut tasks)?;
+        tasks.push(self.supervise(&opts, &queues, &cancel));
         Ok(Running {
-            northbound_addr: nb_addr,
-            southbound_addr: sb_addr,
+            northbound_addr: public.northbound,
+            southbound_addr: public.southbound,
             relay_addr,
             store: self.store,
             transport: self.transport,
@@ -323,6 +271,75 @@ impl Core {
         })
     }
 
+    /// Serves the node streams and the operator API (with the admin
+    /// service) on their listeners; hands back the relay's, unused.
+    fn serve_public(
+        &self,
+        opts: &Options,
+        sockets: Sockets,
+        admin: AdminService,
+        writers: &TaskTracker,
+        cancel: &CancellationToken,
+        listeners: &mut listen::Listeners,
+    ) -> std::io::Result<Public> {
+        let southbound = Southbound::new(southbound::Ctx {
+            store: self.store.clone(),
+            registry: self.transport.registry().clone(),
+            signals: self.signals.clone(),
+            identity: self.identity.clone(),
+            auth: opts.auth.clone(),
+            register_timeout: opts.register_timeout,
+            writers: writers.clone(),
+        });
+        let northbound = Northbound::new(northbound::Ctx {
+            store: self.store.clone(),
+            transport: self.transport.clone(),
+            topology: opts.topology.clone(),
+            signals: self.signals.clone(),
+        });
+        let (sb_addr, sb) =
+            listen::southbound(opts, sockets.southbound, southbound, cancel, listeners)?;
+        let (nb_addr, nb) = listen::northbound(
+            opts,
+            sockets.northbound,
+            northbound,
+            admin,
+            cancel,
+            listeners,
+        )?;
+        info!(southbound_addr = %sb_addr, northbound_addr = %nb_addr, "listening");
+        Ok(Public {
+            southbound: sb_addr,
+            northbound: nb_addr,
+            relay: sockets.relay,
+            tasks: vec![sb, nb],
+        })
+    }
+
+    /// Leader work, started and stopped with this replica's terms.
+    fn supervise(
+        &self,
+        opts: &Options,
+        queues: &Arc<QueueSlot>,
+        cancel: &CancellationToken,
+    ) -> JoinHandle<()> {
+        let parts = Parts {
+            fenced: self.fenced.clone(),
+            transport: self.transport.clone(),
+            inbox: self.inbox.clone(),
+            topology: opts.topology.clone(),
+            reconciler: opts.reconciler.clone(),
+            duties: self.duties.clone(),
+        };
+        let leadership = self.leadership.clone();
+        tokio::spawn(supervisor::supervise(
+            leadership,
+            parts,
+            queues.clone(),
+            cancel.clone(),
+        ))
+    }
+
     fn replica(&self, queues: &Arc<QueueSlot>) -> Arc<Replica> {
         let slot = queues.clone();
         Arc::new(Replica {
@@ -333,6 +350,33 @@ impl Core {
             queue_depth: Box::new(move || slot.get().map_or(0, |q| q.len() as u64)),
         })
     }
+}
+
+/// The public listeners at work, and the relay's listener still unused.
+struct Public {
+    southbound: SocketAddr,
+    northbound: SocketAddr,
+    relay: Option<TcpListener>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Serves a clustered replica's relay and adopts its tasks; returns the
+/// relay's address and the failure signal.
+fn attach(
+    extra: Option<Extra>,
+    relay: Option<TcpListener>,
+    replica: Arc<Replica>,
+    relay_cancel: &CancellationToken,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> std::io::Result<(Option<SocketAddr>, watch::Receiver<Option<String>>)> {
+    let (Some(extra), Some(listener)) = (extra, relay) else {
+        return Ok((None, watch::channel(None).1));
+    };
+    let service = (extra.relay)(replica);
+    let (addr, serve) = listen::relay(listener, service, relay_cancel)?;
+    tasks.extend(extra.tasks);
+    tasks.push(serve);
+    Ok((Some(addr), extra.failure))
 }
 
 /// API mode always has the `default` segment.

@@ -247,14 +247,7 @@ impl Cluster {
     ) -> BTreeSet<String> {
         let pairs = groups * (groups - 1) / 2;
         self.wait("the fleet converged", || async {
-            let links: Vec<_> = self
-                .store
-                .list_links()
-                .await
-                .map_err(|e| e.to_string())?
-                .into_iter()
-                .filter(|l| !l.deleted)
-                .collect();
+            let links = crate::common::scenario::live_links(self.store.as_ref()).await?;
             let ids: BTreeSet<String> = links.iter().map(|l| l.link_id.clone()).collect();
             let applied = links
                 .iter()

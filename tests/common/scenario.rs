@@ -177,6 +177,12 @@ pub async fn wait_links(cp: &Running, fleet: &SimFleet, n: usize) -> Vec<Link> {
     wait_links_in(cp.store.as_ref(), fleet, n).await
 }
 
+/// The store's links that are not deleted (an error as text, for waits).
+pub async fn live_links(store: &dyn slim_cp::store::Store) -> Result<Vec<Link>, String> {
+    let links = store.list_links().await.map_err(|e| e.to_string())?;
+    Ok(links.into_iter().filter(|l| !l.deleted).collect())
+}
+
 /// [`wait_links`] on any store (another replica's, say).
 pub async fn wait_links_in(
     store: &dyn slim_cp::store::Store,
@@ -184,13 +190,7 @@ pub async fn wait_links_in(
     n: usize,
 ) -> Vec<Link> {
     wait_for(&format!("{n} applied links held by both ends"), || async {
-        let links: Vec<_> = store
-            .list_links()
-            .await
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .filter(|l| !l.deleted)
-            .collect();
+        let links = live_links(store).await?;
         let applied = links
             .iter()
             .filter(|l| l.status == LinkStatus::Applied)
