@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod config;
 pub mod names;
 pub mod northbound;
+pub mod ops;
 pub mod proto;
 pub mod reconcile;
 pub mod routing;

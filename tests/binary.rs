@@ -56,9 +56,14 @@ impl Drop for Serving {
     }
 }
 
-/// Starts `serve` and waits until its northbound port answers.
+/// Starts `serve` and waits until its northbound port answers. Its logs go
+/// to a file beside the config (an unread pipe would fill and block it).
 fn serve(path: &std::path::Path, nb: u16) -> Serving {
+    let log = std::fs::File::create(path.with_extension("log")).expect("log file");
+    let err = log.try_clone().expect("log file");
     let child = slim_cp(&["serve", "--config", &path.display().to_string()])
+        .stdout(log)
+        .stderr(err)
         .spawn()
         .expect("starts");
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -107,11 +112,37 @@ fn bad_configuration_is_refused_with_key_and_line() {
 /// A replica of a cluster on `db`, its relay on loopback.
 fn clustered(nb: u16, sb: u16, db: &str, id: &str) -> String {
     let relay = free_port();
+    let http = free_port();
     let cluster = format!(
         "cluster:\n  replica_id: {id}\n  relay: {{endpoint: \"127.0.0.1:{relay}\"}}\n  \
-         replica_ttl: 2s\n"
+         replica_ttl: 2s\nhttp: {{endpoint: \"127.0.0.1:{http}\"}}\n"
     );
     config(nb, sb, &format!("{db}{cluster}"))
+}
+
+/// Waits until `status` (asked at `nb`) shows `alive` live replicas, one
+/// of them leading, under an epoch.
+async fn wait_cluster(nb: u16, alive: usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = slim_cp(&["status", "--server", &format!("127.0.0.1:{nb}"), "--json"])
+            .output()
+            .expect("runs");
+        let status: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+        let replicas = status["replicas"].as_array().cloned().unwrap_or_default();
+        let live = replicas.iter().filter(|r| r["alive"] == true).count();
+        let leaders = replicas.iter().filter(|r| r["leader"] == true).count();
+        if live == alive && leaders == 1 && status["epoch"].as_u64() >= Some(1) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "status never showed {alive} replicas and a leader: {}",
+            text(&out)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Scenario: Postgres — `migrate` prepares a database and `serve` runs on
@@ -129,6 +160,8 @@ async fn postgres_serve_migrate_and_replica_ids() {
         .expect("runs");
     assert!(out.status.success(), "{}", text(&out));
     let _first = serve(&path.0, nb);
+    // Listening comes before joining: wait until it has joined and leads.
+    wait_cluster(nb, 1).await;
     let twin = write_config(&clustered(free_port(), free_port(), &db, "cp-a"));
     let out = slim_cp(&["serve", "--config", &twin.0.display().to_string()])
         .output()
@@ -147,24 +180,5 @@ async fn postgres_serve_migrate_and_replica_ids() {
     let nb2 = free_port();
     let other = write_config(&clustered(nb2, free_port(), &db, "cp-b"));
     let _second = serve(&other.0, nb2);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let out = slim_cp(&["status", "--server", &format!("127.0.0.1:{nb2}"), "--json"])
-            .output()
-            .expect("runs");
-        let status: serde_json::Value =
-            serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
-        let replicas = status["replicas"].as_array().cloned().unwrap_or_default();
-        let alive = replicas.iter().filter(|r| r["alive"] == true).count();
-        let leaders = replicas.iter().filter(|r| r["leader"] == true).count();
-        if alive == 2 && leaders == 1 && status["epoch"].as_u64() >= Some(1) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "status never showed the cluster: {}",
-            text(&out)
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_cluster(nb2, 2).await;
 }

@@ -4,26 +4,14 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::pg::{admin_url, fresh_pg_database, with_database};
-use common::proxy::Proxy;
+use common::cut::cuttable_database;
 use common::scenario::{mk_fleet, mk_links, wait_links, wait_reachable};
 use slim_cp::config::ReconcilerConfig;
 use slim_cp::server::{self, Options};
 use slim_cp::store::PgStore;
-
-/// The test server's address, from its URL (`...@host:port/...`).
-fn pg_addr() -> SocketAddr {
-    let url = admin_url();
-    let after_at = url.rsplit_once('@').map_or(url.as_str(), |(_, r)| r);
-    let host_port = after_at.split('/').next().unwrap_or("127.0.0.1:5432");
-    host_port
-        .parse()
-        .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 5432)))
-}
 
 /// Scenario: converged fleet on Postgres; the database goes away for
 /// longer than any single retry while a node announces a name and another
@@ -31,10 +19,7 @@ fn pg_addr() -> SocketAddr {
 /// reachable, the crashed node's link goes, and no node was lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_restart_under_a_running_replica() {
-    let db = fresh_pg_database().await;
-    let path = Proxy::start(pg_addr()).await;
-    let via_proxy =
-        with_database(&admin_url(), &db).replace(&pg_addr().to_string(), &path.addr.to_string());
+    let (path, via_proxy) = cuttable_database().await;
     let store = PgStore::connect(&via_proxy, 4)
         .await
         .expect("connects through the proxy");

@@ -38,9 +38,10 @@ impl Replica {
     /// Writes `bench-<i>`'s config on fresh ports.
     fn new(bin: &Path, dir: &Path, i: usize, db_url: &str) -> Result<Replica> {
         let id = format!("bench-{i}");
-        let (nb, sb, relay) = (free_port()?, free_port()?, free_port()?);
+        let (nb, sb, relay, http) = (free_port()?, free_port()?, free_port()?, free_port()?);
         let yaml = format!(
             "{}database:\n  type: postgres\n  url: \"{db_url}\"\n  pool_size: {POOL_SIZE}\n\
+             http:\n  endpoint: \"127.0.0.1:{http}\"\n\
              cluster:\n  replica_id: {id}\n  relay:\n    endpoint: \"127.0.0.1:{relay}\"\n",
             base_config(nb, sb)
         );

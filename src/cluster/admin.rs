@@ -229,6 +229,13 @@ impl pb::admin_server::Admin for AdminService {
         status.map(Response::new).map_err(unavailable)
     }
 
+    async fn drain(
+        &self,
+        _request: Request<pb::DrainRequest>,
+    ) -> Result<Response<pb::DrainReply>, Status> {
+        Ok(Response::new(self.replica.request_drain()))
+    }
+
     async fn step_down(
         &self,
         _request: Request<pb::StepDownRequest>,

@@ -50,6 +50,8 @@ pub struct Leadership {
     deposed: Notify,
     /// Whether leader work (of any term) is still running.
     working: watch::Sender<bool>,
+    /// When the lease was last won or renewed (for the lease-age metric).
+    renewed: Mutex<Option<Instant>>,
 }
 
 impl Leadership {
@@ -60,6 +62,7 @@ impl Leadership {
             lease: Mutex::new(Lease::Until(Instant::now())),
             deposed: Notify::new(),
             working: watch::Sender::new(false),
+            renewed: Mutex::new(None),
         })
     }
 
@@ -71,6 +74,7 @@ impl Leadership {
             lease: Mutex::new(Lease::Forever),
             deposed: Notify::new(),
             working: watch::Sender::new(false),
+            renewed: Mutex::new(None),
         })
     }
 
@@ -113,14 +117,27 @@ impl Leadership {
         }
     }
 
+    /// How long ago the lease was last won or renewed (`None`: never, or
+    /// a lease that needs no renewal).
+    pub fn lease_age(&self) -> Option<std::time::Duration> {
+        let renewed = *self.renewed.lock().unwrap_or_else(|p| p.into_inner());
+        renewed.map(|t| t.elapsed())
+    }
+
+    fn renewed_now(&self) {
+        *self.renewed.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    }
+
     /// Becomes leader of `epoch` with a lease until `until`.
     pub(crate) fn promote(&self, epoch: u64, until: Instant) {
+        self.renewed_now();
         *self.lease() = Lease::Until(until);
         self.role.send_replace(Role::Leader(epoch));
     }
 
     /// A renewal succeeded: the lease now ends at `until`.
     pub(crate) fn extend(&self, until: Instant) {
+        self.renewed_now();
         let mut lease = self.lease();
         if let Lease::Until(t) = *lease {
             *lease = Lease::Until(t.max(until));

@@ -26,6 +26,7 @@ use uuid::Uuid;
 
 use super::Identity;
 use super::pgconn::PgConn;
+use crate::ops::Health;
 use crate::store::PgStore;
 use crate::transport::Transport;
 
@@ -69,6 +70,9 @@ pub struct Membership {
 struct Beating {
     membership: Membership,
     transport: Arc<Transport>,
+    health: Arc<Health>,
+    /// Since when heartbeats have failed (the database is unreachable).
+    silent_since: Option<Instant>,
 }
 
 impl Membership {
@@ -105,11 +109,14 @@ impl Membership {
     pub async fn run(
         self,
         transport: Arc<Transport>,
+        health: Arc<Health>,
         cancel: CancellationToken,
     ) -> Result<(), MembershipError> {
         Beating {
             membership: self,
             transport,
+            health,
+            silent_since: None,
         }
         .run(cancel)
         .await
@@ -135,16 +142,38 @@ impl Beating {
             if self.conn.is_closed() {
                 self.reconnect(&cancel).await?;
             }
-            match timeout(self.timings.heartbeat, self.beat()).await {
-                Ok(Ok(true)) => {}
-                Ok(Ok(false)) => self.declared_dead().await,
-                Ok(Err(e)) => debug!(error = %e, "heartbeat failed"),
-                Err(_) => debug!("heartbeat slow"),
+            let beat = timeout(self.timings.heartbeat, self.beat()).await;
+            match beat {
+                Ok(Ok(true)) => self.reached(Ok(())),
+                Ok(Ok(false)) => {
+                    self.reached(Ok(()));
+                    self.declared_dead().await;
+                }
+                Ok(Err(e)) => self.reached(Err(e.to_string())),
+                Err(_) => self.reached(Err("no answer to the heartbeat".into())),
             }
             beats = beats.wrapping_add(1);
             if beats % AUDIT_EVERY == 0 {
                 if let Err(e) = self.audit().await {
                     debug!(error = %e, "stream audit failed");
+                }
+            }
+        }
+    }
+
+    /// Readiness follows the database: unreachable once heartbeats have
+    /// failed for two intervals (one slow beat is not an outage).
+    fn reached(&mut self, answer: Result<(), String>) {
+        match answer {
+            Ok(()) => {
+                self.silent_since = None;
+                self.health.set_database(Ok(()));
+            }
+            Err(why) => {
+                debug!(%why, "heartbeat failed");
+                let since = *self.silent_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= self.timings.heartbeat * 2 {
+                    self.health.set_database(Err(why));
                 }
             }
         }
@@ -230,7 +259,7 @@ impl Beating {
                     return Ok(());
                 }
                 Err(e @ MembershipError::IdInUse(_)) => return Err(e),
-                Err(e) => debug!(error = %e, "membership: cannot reach the database"),
+                Err(e) => self.reached(Err(e.to_string())),
             }
             tokio::select! {
                 () = cancel.cancelled() => return Ok(()),

@@ -4,9 +4,11 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use tokio::sync::Notify;
 use tonic::Status;
 
 use super::{ElectionHandle, Identity, Leadership, Role};
+use crate::ops::Health;
 use crate::proto::cluster as pb;
 use crate::transport::Transport;
 
@@ -20,6 +22,9 @@ pub struct Replica {
     /// `None` for the single replica of the memory store.
     pub election: Option<ElectionHandle>,
     pub queue_depth: QueueDepth,
+    pub health: Arc<Health>,
+    /// Wakes whoever drains this replica (`slim-cp drain`).
+    pub drain_requested: Arc<Notify>,
 }
 
 impl Replica {
@@ -34,12 +39,22 @@ impl Replica {
             leader: matches!(role, Role::Leader(_)),
             epoch: role.epoch().unwrap_or(0),
             sessions: self.transport.registry().len() as u64,
-            ready: true,
+            ready: self.health.ready().is_ok(),
             queue_depth: (self.queue_depth)(),
             relay_refused: Default::default(),
-            commands_sent: counters.sent.load(Ordering::Relaxed),
+            commands_sent: counters.sent(),
             commands_fenced: counters.fenced.load(Ordering::Relaxed),
             highest_epoch: self.transport.highest_epoch(),
+        }
+    }
+
+    /// Asks this replica to drain its nodes to the others, then stop.
+    /// Returns the sessions it held when asked.
+    pub fn request_drain(&self) -> pb::DrainReply {
+        self.drain_requested.notify_one();
+        pb::DrainReply {
+            replica: self.identity.id(),
+            sessions: self.transport.registry().len() as u64,
         }
     }
 

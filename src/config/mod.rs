@@ -20,6 +20,7 @@ mod database;
 mod duration;
 mod error;
 mod logging;
+mod ops;
 mod reconciler;
 mod resolve;
 mod secret;
@@ -36,6 +37,7 @@ pub use database::DatabaseConfig;
 pub use duration::parse_duration;
 pub use error::ConfigError;
 pub use logging::TracingConfig;
+pub use ops::{DrainConfig, HttpConfig};
 pub use reconciler::ReconcilerConfig;
 pub use secret::SharedSecret;
 pub use server::ServerConfig;
@@ -68,6 +70,10 @@ pub struct Config {
     pub reconciler: ReconcilerConfig,
     /// How replicas on one Postgres database work together.
     pub cluster: ClusterConfig,
+    /// Health, readiness and metrics over HTTP.
+    pub http: HttpConfig,
+    /// How the replica hands its nodes over before it stops.
+    pub drain: DrainConfig,
     /// Keys accepted for compatibility but without effect (dotted paths).
     ignored: Vec<String>,
 }
@@ -82,6 +88,8 @@ impl Default for Config {
             topology: TopologySettings::default(),
             reconciler: ReconcilerConfig::default(),
             cluster: ClusterConfig::default(),
+            http: HttpConfig::default(),
+            drain: DrainConfig::default(),
             ignored: Vec::new(),
         }
     }
@@ -161,6 +169,8 @@ impl Config {
         }
         self.reconciler.validate()?;
         self.cluster.validate()?;
+        self.http.validate()?;
+        self.drain.validate()?;
         self.topology.validate()
     }
 
@@ -184,6 +194,8 @@ struct RawConfig {
     topology: Option<topology::RawTopology>,
     reconciler: Option<ReconcilerConfig>,
     cluster: Option<cluster::RawCluster>,
+    http: Option<HttpConfig>,
+    drain: Option<DrainConfig>,
 }
 
 impl RawConfig {
@@ -231,6 +243,8 @@ impl RawConfig {
             topology,
             reconciler: self.reconciler.unwrap_or_default(),
             cluster,
+            http: self.http.unwrap_or_default(),
+            drain: self.drain.unwrap_or_default(),
             ignored,
         })
     }

@@ -12,6 +12,7 @@ use super::diff::{self, Live, Step};
 use super::queue::Outcome;
 use crate::cluster::LeaderToken;
 use crate::names;
+use crate::ops::Metrics;
 use crate::proto::sb;
 use crate::store::model::{LinkAnswer, RouteMark, RouteStatus};
 use crate::store::{ChangeSet, Store, StoreError};
@@ -28,6 +29,7 @@ pub struct Reconciler {
     /// The term the commands are issued under.
     pub token: LeaderToken,
     pub orphan_detection: bool,
+    pub metrics: Arc<Metrics>,
 }
 
 /// Why a reconcile did not converge.
@@ -72,10 +74,19 @@ pub fn policy(node: &str, err: &ReconcileError, token: &LeaderToken) -> Outcome 
 
 impl Reconciler {
     pub async fn run(&self, node: &str) -> Outcome {
-        match self.reconcile(node).await {
-            Ok(outcome) => outcome,
-            Err(e) => policy(node, &e, &self.token),
-        }
+        let started = tokio::time::Instant::now();
+        let (outcome, label) = match self.reconcile(node).await {
+            Ok(outcome) => (outcome, outcome_label(outcome)),
+            Err(e) => (policy(node, &e, &self.token), error_label(&e)),
+        };
+        self.metrics
+            .reconcile_seconds
+            .observe(started.elapsed().as_secs_f64());
+        self.metrics
+            .reconciles
+            .get_or_create(&[("outcome", label)])
+            .inc();
+        outcome
     }
 
     async fn reconcile(&self, node: &str) -> Result<Outcome, ReconcileError> {
@@ -162,6 +173,21 @@ impl Reconciler {
             true => Ok(()),
             false => Err(ReconcileError::Refused(failures.join("; "))),
         }
+    }
+}
+
+fn outcome_label(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Done => "converged",
+        Outcome::Requeue | Outcome::RequeueAfter(_) => "deferred",
+    }
+}
+
+fn error_label(e: &ReconcileError) -> &'static str {
+    match e {
+        ReconcileError::Store(_) => "store_error",
+        ReconcileError::Transport(_) => "node_unreachable",
+        ReconcileError::Refused(_) => "node_refused",
     }
 }
 

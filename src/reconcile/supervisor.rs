@@ -16,6 +16,7 @@ use super::node::Reconciler;
 use super::queue::{QueueConfig, WorkQueue, run_workers};
 use crate::cluster::{Inbox, LeaderToken, Leadership, Role};
 use crate::config::{ReconcilerConfig, TopologyConfig};
+use crate::ops::Metrics;
 use crate::store::Store;
 use crate::transport::Transport;
 
@@ -39,6 +40,7 @@ pub struct Parts {
     pub topology: TopologyConfig,
     pub reconciler: ReconcilerConfig,
     pub duties: Option<Duties>,
+    pub metrics: Arc<Metrics>,
 }
 
 /// The reconcile queue of the current term, for status and tests.
@@ -113,6 +115,7 @@ fn start_term(
         transport: parts.transport.clone(),
         token: token.clone(),
         orphan_detection: parts.reconciler.enable_orphan_detection,
+        metrics: parts.metrics.clone(),
     });
     let mut tasks = run_workers(
         queue.clone(),

@@ -4,21 +4,24 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rand::distr::{Alphanumeric, SampleString};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::{Core, Extra, Options, Running, Sockets};
+use super::core::{Core, Extra};
+use super::{Options, Running, Sockets};
 use crate::cluster::admin::Backing;
 use crate::cluster::membership::{self, Membership};
 use crate::cluster::relay::{Guard, RelayClient, RelayService};
 use crate::cluster::{
-    ClusterSignals, Election, Identity, Inbox, LeaderToken, Leadership, election, expiry, hostname,
-    wakeups,
+    ClusterSignals, Election, ElectionHandle, Identity, Inbox, LeaderToken, Leadership, election,
+    expiry, hostname, wakeups,
 };
 use crate::config::ClusterConfig;
+use crate::ops::{Health, Metrics};
 use crate::reconcile::supervisor::Duties;
 use crate::store::{PgStore, Store};
 use crate::transport::{Registry, Transport};
@@ -73,63 +76,93 @@ pub async fn start_clustered_on(
         relay.clone(),
     ));
     let leadership = Leadership::follower();
+    let timings = election::Timings {
+        lease: cluster.lease,
+        renew: cluster.renew,
+    };
     let (election, handle) = Election::new(
         pg.direct_config(),
         identity.clone(),
         leadership.clone(),
         transport.clone(),
-        election::Timings {
-            lease: cluster.lease,
-            renew: cluster.renew,
-        },
+        timings,
     );
-    let inbox = Arc::new(Inbox::new());
-    let core = Core {
-        store: Arc::new(pg.clone()),
-        transport: transport.clone(),
-        inbox: inbox.clone(),
-        leadership,
-        identity: identity.clone(),
-        signals: Arc::new(ClusterSignals {
-            identity: identity.clone(),
-            relay: relay.clone(),
-        }),
-        fenced: {
-            let pg = pg.clone();
-            Arc::new(move |epoch| Arc::new(pg.with_fence(epoch)) as Arc<dyn Store>)
-        },
-        duties: Some(duties(&pg, &cluster, &identity, inbox)),
-        election: Some(handle),
-    };
-    let cancel = CancellationToken::new();
-    let (fail_tx, failure) = watch::channel(None);
-    let beat = {
-        let (transport, cancel) = (transport.clone(), cancel.clone());
-        tokio::spawn(async move {
-            if let Err(e) = membership.run(transport, cancel).await {
-                warn!(error = %e, "this replica cannot go on");
-                fail_tx.send_replace(Some(e.to_string()));
-            }
-        })
-    };
-    let elect = tokio::spawn(election.run(cancel.clone()));
-    let guard = Guard::new(&secret);
-    let handover = cluster.lease;
-    let ttl = cluster.replica_ttl;
+    let core = core(
+        &pg, &cluster, identity, transport, leadership, &relay, handle,
+    );
+    let extra = background(&core, membership, election, &secret);
+    // A handover waits up to a lease for leader work to stop, plus the
+    // term's tasks' own wind-down: give the forwarded call room for both.
+    let (handover, ttl) = (cluster.lease * 2 + Duration::from_secs(5), cluster.replica_ttl);
     let backing = move |_| Backing::Shared {
         store: pg,
         relay,
         ttl,
         handover,
     };
-    let relay_service = move |replica| RelayService::new(replica, guard);
-    let extra = Extra {
-        relay: Box::new(relay_service),
+    core.start(sockets, opts, backing, Some(extra)).await
+}
+
+/// The replica's parts.
+fn core(
+    pg: &PgStore,
+    cluster: &ClusterConfig,
+    identity: Arc<Identity>,
+    transport: Arc<Transport>,
+    leadership: Arc<Leadership>,
+    relay: &Arc<RelayClient>,
+    election: ElectionHandle,
+) -> Core {
+    let inbox = Arc::new(Inbox::new());
+    let fenced = {
+        let pg = pg.clone();
+        Arc::new(move |epoch| Arc::new(pg.with_fence(epoch)) as Arc<dyn Store>)
+    };
+    Core {
+        store: Arc::new(pg.clone()),
+        pg: Some(pg.clone()),
+        transport,
+        inbox: inbox.clone(),
+        leadership,
+        signals: Arc::new(ClusterSignals {
+            identity: identity.clone(),
+            relay: relay.clone(),
+        }),
+        fenced,
+        duties: Some(duties(pg, cluster, &identity, inbox)),
+        identity,
+        election: Some(election),
+        health: Health::new(),
+        metrics: Metrics::new(),
+    }
+}
+
+/// The heartbeats and the election, running from now on, and the relay
+/// service to build once the replica exists.
+fn background(core: &Core, membership: Membership, election: Election, secret: &str) -> Extra {
+    let cancel = CancellationToken::new();
+    let (fail_tx, failure) = watch::channel(None);
+    let beat = {
+        let (transport, health, cancel) =
+            (core.transport.clone(), core.health.clone(), cancel.clone());
+        tokio::spawn(async move {
+            if let Err(e) = membership.run(transport, health, cancel).await {
+                warn!(error = %e, "this replica cannot go on");
+                fail_tx.send_replace(Some(e.to_string()));
+            }
+        })
+    };
+    let elect = tokio::spawn(election.run(cancel.clone()));
+    let guard = Guard::new(secret);
+    let (service_guard, metrics) = (guard.clone(), core.metrics.clone());
+    let relay = move |replica| RelayService::new(replica, service_guard, metrics);
+    Extra {
+        relay: Box::new(relay),
+        guard,
         tasks: vec![beat, elect],
         failure,
         cancel,
-    };
-    core.start(sockets, opts, backing, Some(extra)).await
+    }
 }
 
 /// The term's extra duties: the wake-up listener and replica expiry.

@@ -15,9 +15,15 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
 
 use super::Options;
+use std::sync::Arc;
+
+use tonic_health::server::{HealthReporter, health_reporter};
+
 use crate::cluster::admin::AdminService;
 use crate::cluster::relay::RelayService;
 use crate::northbound::Northbound;
+use crate::ops;
+use crate::ops::http::Endpoint;
 use crate::southbound::Southbound;
 use crate::tls;
 
@@ -51,6 +57,7 @@ pub struct Sockets {
     pub(super) southbound: TcpListener,
     pub(super) relay: Option<TcpListener>,
     pub(super) northbound: TcpListener,
+    pub(super) http: Option<TcpListener>,
 }
 
 /// Connections waiting to be accepted: a reconnect storm of thousands of
@@ -64,10 +71,12 @@ impl Sockets {
         let southbound = listen_on(opts.southbound)?;
         let relay = relay.map(listen_on).transpose()?;
         let northbound = listen_on(opts.northbound)?;
+        let http = opts.http.map(listen_on).transpose()?;
         Ok(Sockets {
             southbound,
             relay,
             northbound,
+            http,
         })
     }
 
@@ -111,24 +120,37 @@ fn top_descriptor() -> i32 {
 
 type Served = (SocketAddr, JoinHandle<()>);
 
+/// A public listener at work, and the health service it reports through.
+pub struct Public {
+    pub addr: SocketAddr,
+    pub task: JoinHandle<()>,
+    pub health: HealthReporter,
+}
+
+/// Node streams. The listener stops accepting at `stop_accepting` (a
+/// drain) while the streams go on until `cancel`.
 pub fn southbound(
     opts: &Options,
     listener: TcpListener,
     service: Southbound,
+    stop_accepting: &CancellationToken,
     cancel: &CancellationToken,
     listeners: &mut Listeners,
-) -> std::io::Result<Served> {
+) -> std::io::Result<Public> {
     let addr = listener.local_addr()?;
+    let (health, health_service) = health_reporter();
     let serve = tls::apply(Server::builder(), opts.southbound_tls.clone())?
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .tcp_keepalive(Some(KEEPALIVE_INTERVAL))
+        .add_service(health_service)
         .add_service(service.into_server())
         .serve_with_incoming_shutdown(
-            incoming(listener, cancel, listeners),
+            incoming(listener, stop_accepting, cancel, listeners),
             cancel.clone().cancelled_owned(),
         );
-    Ok((addr, tokio::spawn(log_failure("southbound", serve))))
+    let task = tokio::spawn(log_failure("southbound", serve));
+    Ok(Public { addr, task, health })
 }
 
 /// The upstream operator API and slim-cp's admin service, on one port.
@@ -139,16 +161,30 @@ pub fn northbound(
     admin: AdminService,
     cancel: &CancellationToken,
     listeners: &mut Listeners,
-) -> std::io::Result<Served> {
+) -> std::io::Result<Public> {
     let addr = listener.local_addr()?;
+    let (health, health_service) = health_reporter();
     let serve = tls::apply(Server::builder(), opts.northbound_tls.clone())?
+        .add_service(health_service)
         .add_service(service.into_server())
         .add_service(admin.into_server())
         .serve_with_incoming_shutdown(
-            incoming(listener, cancel, listeners),
+            incoming(listener, cancel, cancel, listeners),
             cancel.clone().cancelled_owned(),
         );
-    Ok((addr, tokio::spawn(log_failure("northbound", serve))))
+    let task = tokio::spawn(log_failure("northbound", serve));
+    Ok(Public { addr, task, health })
+}
+
+/// The HTTP endpoint (health, readiness, metrics), until `cancel`.
+pub fn http(
+    listener: TcpListener,
+    endpoint: Arc<Endpoint>,
+    cancel: &CancellationToken,
+) -> std::io::Result<Served> {
+    let addr = listener.local_addr()?;
+    let task = tokio::spawn(ops::http::serve(listener, endpoint, cancel.clone()));
+    Ok((addr, task))
 }
 
 /// The relay, on its own listener. Its accept loop is not among the
@@ -167,24 +203,28 @@ pub fn relay(
         .tcp_keepalive(Some(RELAY_KEEPALIVE))
         .add_service(service.into_server())
         .serve_with_incoming_shutdown(
-            incoming(listener, cancel, listeners),
+            incoming(listener, cancel, cancel, listeners),
             cancel.clone().cancelled_owned(),
         );
     Ok((addr, tokio::spawn(log_failure("relay", serve))))
 }
 
-/// Accepted connections, until `cancel`: then the listening socket closes.
+/// Accepted connections, until `stop`: then the listening socket closes
+/// (connects are refused, which a node retries and a load balancer
+/// redispatches), while the connections accepted so far go on until
+/// `end` (the server's shutdown, which sends them GOAWAY).
 fn incoming(
     listener: TcpListener,
-    cancel: &CancellationToken,
+    stop: &CancellationToken,
+    end: &CancellationToken,
     listeners: &mut Listeners,
 ) -> ReceiverStream<std::io::Result<TcpStream>> {
     let (tx, rx) = mpsc::channel(64);
-    let cancel = cancel.clone();
+    let (stop, end) = (stop.clone(), end.clone());
     let acceptor = tokio::spawn(async move {
         loop {
             let accepted = tokio::select! {
-                () = cancel.cancelled() => break,
+                () = stop.cancelled() => break,
                 accepted = listener.accept() => accepted.map(|(stream, _)| stream),
             };
             // gRPC writes small frames (acks, list replies, commands): with
@@ -198,6 +238,9 @@ fn incoming(
             }
         }
         drop(listener);
+        // Ending the stream would shut the server down: wait for that.
+        end.cancelled().await;
+        drop(tx);
     });
     listeners.acceptors.push(acceptor);
     ReceiverStream::new(rx)

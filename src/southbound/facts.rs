@@ -11,6 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
@@ -42,6 +43,19 @@ pub enum Fact {
     Ended(DepartureKind),
 }
 
+impl Fact {
+    /// Its name, as metrics label it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Fact::Begun(_) => "registration",
+            Fact::Ready => "ready",
+            Fact::Announced { .. } => "announcement",
+            Fact::Received(_) => "claim",
+            Fact::Ended(_) => "end",
+        }
+    }
+}
+
 /// Why a fact was not queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refused {
@@ -54,29 +68,50 @@ pub enum Refused {
 /// The sending half, held by the stream's read loop.
 pub struct FactWriter {
     tx: mpsc::Sender<Fact>,
+    /// Facts queued in every session's outbox (a metric).
+    queued: Gauge,
 }
 
 impl FactWriter {
     /// Starts the writer of `stream`'s session.
     pub fn spawn(ctx: Arc<Ctx>, stream: Arc<NodeStream>) -> FactWriter {
         let (tx, rx) = mpsc::channel(OUTBOX_CAPACITY);
-        ctx.writers.spawn(write_all(ctx.clone(), stream, rx));
-        FactWriter { tx }
+        let queued = ctx.metrics.outbox.clone();
+        ctx.writers
+            .spawn(write_then_forget(ctx.clone(), stream, rx));
+        FactWriter { tx, queued }
     }
 
     pub fn push(&self, fact: Fact) -> Result<(), Refused> {
         self.tx.try_send(fact).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => Refused::Full,
             mpsc::error::TrySendError::Closed(_) => Refused::Stopped,
-        })
+        })?;
+        self.queued.inc();
+        Ok(())
     }
 }
 
-async fn write_all(ctx: Arc<Ctx>, stream: Arc<NodeStream>, mut rx: mpsc::Receiver<Fact>) {
+/// Writes the session's facts, then drops what a stopped writer leaves,
+/// keeping the queued-facts gauge true.
+async fn write_then_forget(ctx: Arc<Ctx>, stream: Arc<NodeStream>, mut rx: mpsc::Receiver<Fact>) {
+    write_all(&ctx, &stream, &mut rx).await;
+    rx.close();
+    while rx.try_recv().is_ok() {
+        ctx.metrics.outbox.dec();
+    }
+}
+
+async fn write_all(ctx: &Arc<Ctx>, stream: &Arc<NodeStream>, rx: &mut mpsc::Receiver<Fact>) {
     while let Some(fact) = rx.recv().await {
+        ctx.metrics.outbox.dec();
         let last = matches!(fact, Fact::Ended(_));
-        match record(&ctx, &stream, &fact).await {
-            Ok(()) => ctx.signals.node_changed(stream.node()),
+        match record(ctx, stream, &fact).await {
+            Ok(()) => {
+                let kind = [("kind", fact.kind())];
+                ctx.metrics.facts.get_or_create(&kind).inc();
+                ctx.signals.node_changed(stream.node());
+            }
             Err(None) => {
                 // Answered before it was recorded, closed before the store
                 // came back: the session never existed for the store, so

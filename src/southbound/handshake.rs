@@ -19,6 +19,17 @@ pub enum Refusal {
     Unauthenticated(String),
 }
 
+impl Refusal {
+    /// Its reason, as metrics label it.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Refusal::EmptyNodeId => "empty_node_id",
+            Refusal::ControlCharacters { .. } => "control_characters",
+            Refusal::Unauthenticated(_) => "unauthenticated",
+        }
+    }
+}
+
 /// A link id worth keeping: not empty, no control characters.
 pub fn is_link_id(id: &str) -> bool {
     !id.is_empty() && !id.chars().any(char::is_control)

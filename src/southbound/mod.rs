@@ -19,6 +19,7 @@ use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::cluster::{Identity, Signals};
+use crate::ops::Metrics;
 use crate::proto::sb;
 use crate::store::Store;
 use crate::transport::Registry;
@@ -42,6 +43,7 @@ pub struct Ctx {
     /// The sessions' fact writers: a replica going away waits for them, so
     /// the ends of its streams are recorded before its relay stops.
     pub writers: TaskTracker,
+    pub metrics: Arc<Metrics>,
 }
 
 /// The `ControllerService` implementation.

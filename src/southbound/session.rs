@@ -90,6 +90,13 @@ async fn first_message(
     None
 }
 
+fn count_registration(ctx: &Ctx, outcome: &'static str) {
+    ctx.metrics
+        .registrations
+        .get_or_create(&[("outcome", outcome)])
+        .inc();
+}
+
 /// Answers `success: false` and ends the stream with the reason.
 async fn refuse(out: &Outbound, message_id: String, why: Refusal) {
     warn!(reason = %why, "registration refused");
@@ -134,6 +141,9 @@ async fn handshake(
     let registration = match checked {
         Ok(reg) => reg,
         Err(why) => {
+            count_registration(ctx, "refused");
+            let reason = [("reason", why.label())];
+            ctx.metrics.refusals.get_or_create(&reason).inc();
             refuse(out, message_id, why).await;
             return None;
         }
@@ -141,12 +151,16 @@ async fn handshake(
     let node = registration.node_id.clone();
     let (generation, pending) = match begin(ctx, &registration, out).await? {
         Some(started) => {
+            count_registration(ctx, "recorded");
             if let Some(old) = &started.replaced {
                 ctx.signals.session_replaced(&node, old);
             }
             (started.session.generation, None)
         }
-        None => (0, Some(registration.clone())),
+        None => {
+            count_registration(ctx, "answered_unrecorded");
+            (0, Some(registration.clone()))
+        }
     };
     let stream = Arc::new(NodeStream::new(
         node.clone(),

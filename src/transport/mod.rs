@@ -57,11 +57,20 @@ pub enum Target {
     Remote(Location),
 }
 
-/// Commands this replica handled, for status and metrics.
+/// Commands this replica handled, for status and metrics: sent ones were
+/// either acked or failed (no reply, a refusal); fenced ones never left.
 #[derive(Debug, Default)]
 pub struct Counters {
-    pub sent: AtomicU64,
+    pub acked: AtomicU64,
+    pub failed: AtomicU64,
     pub fenced: AtomicU64,
+}
+
+impl Counters {
+    /// Commands that went out, answered or not.
+    pub fn sent(&self) -> u64 {
+        self.acked.load(Ordering::Relaxed) + self.failed.load(Ordering::Relaxed)
+    }
 }
 
 /// Requests to nodes, wherever their streams are.
@@ -239,11 +248,13 @@ impl Transport {
 
     fn counted(&self, r: Result<Reply, TransportError>) -> Result<Reply, TransportError> {
         match &r {
-            Ok(_) => self.counters.sent.fetch_add(1, Ordering::Relaxed),
+            Ok(_) => self.counters.acked.fetch_add(1, Ordering::Relaxed),
             Err(TransportError::Fenced { .. }) => {
                 self.counters.fenced.fetch_add(1, Ordering::Relaxed)
             }
-            Err(_) => 0,
+            // Never sent: the sender's leadership lapsed first.
+            Err(TransportError::NotLeader(_)) => 0,
+            Err(_) => self.counters.failed.fetch_add(1, Ordering::Relaxed),
         };
         r
     }

@@ -29,6 +29,7 @@ pub struct ReplicaProc {
     pub nb: u16,
     pub sb: u16,
     pub relay: u16,
+    pub http: u16,
     config: PathBuf,
     log: PathBuf,
     child: Option<Child>,
@@ -36,7 +37,7 @@ pub struct ReplicaProc {
 
 impl ReplicaProc {
     pub fn new(dir: &Path, id: &str, db_url: &str, topology: &str) -> ReplicaProc {
-        let (nb, sb, relay) = (free_port(), free_port(), free_port());
+        let (nb, sb, relay, http) = (free_port(), free_port(), free_port(), free_port());
         let config = dir.join(format!("{id}.yaml"));
         let body = format!(
             "northbound: {{endpoint: \"127.0.0.1:{nb}\", tls: {{insecure: true}}}}\n\
@@ -44,6 +45,7 @@ impl ReplicaProc {
              database: {{type: postgres, url: \"{db_url}\", pool_size: 8}}\n\
              reconciler: {{base_retry_delay: 50ms, reconcile_period: 5s}}\n\
              topology: {topology}\n\
+             http: {{endpoint: \"127.0.0.1:{http}\"}}\n\
              cluster:\n  replica_id: {id}\n  relay: {{endpoint: \"127.0.0.1:{relay}\"}}\n\
              {CLUSTER_TIMINGS}"
         );
@@ -53,6 +55,7 @@ impl ReplicaProc {
             nb,
             sb,
             relay,
+            http,
             log: dir.join(format!("{id}.log")),
             config,
             child: None,

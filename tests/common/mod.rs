@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod backend;
+pub mod cut;
 pub mod pg;
 pub mod proxy;
 pub mod reach;

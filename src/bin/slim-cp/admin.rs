@@ -55,6 +55,20 @@ pub async fn step_down(server: &str) -> Result<()> {
     Ok(())
 }
 
+pub async fn drain(server: &str) -> Result<()> {
+    let reply = connect(server)
+        .await?
+        .drain(pb::DrainRequest {})
+        .await
+        .context("drain")?
+        .into_inner();
+    println!(
+        "replica {} is draining its {} node sessions, then stops",
+        reply.replica, reply.sessions
+    );
+    Ok(())
+}
+
 fn yes(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
 }

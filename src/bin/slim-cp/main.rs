@@ -60,6 +60,14 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:50051")]
         server: String,
     },
+    /// Ask the replica at ADDR to move its nodes to the others and stop
+    /// (as SIGTERM does).
+    Drain {
+        /// That replica's own northbound address (host:port), not the
+        /// load balancer's.
+        #[arg(long)]
+        server: String,
+    },
 }
 
 fn init_logging(level: &str) {
@@ -82,6 +90,16 @@ fn options(config: &Config) -> Result<Options> {
     opts.southbound = config.southbound.socket_addr()?;
     opts.topology = config.topology.mode.clone();
     opts.reconciler = config.reconciler.clone();
+    opts.drain = config.drain.clone();
+    let postgres = matches!(config.database, DatabaseConfig::Postgres { .. });
+    if config.http.enabled.unwrap_or(postgres) {
+        let endpoint = &config.http.endpoint;
+        let addr = std::net::ToSocketAddrs::to_socket_addrs(endpoint.as_str())
+            .with_context(|| format!("http.endpoint {endpoint:?}"))?
+            .next()
+            .with_context(|| format!("http.endpoint {endpoint:?} resolves to nothing"))?;
+        opts.http = Some(addr);
+    }
     Ok(opts)
 }
 
@@ -161,8 +179,15 @@ async fn serve(path: Option<PathBuf>, no_migrate: bool) -> Result<()> {
     );
     let failure = tokio::select! {
         () = shutdown_signal() => None,
+        () = running.drain_requested() => None,
         why = running.failed() => Some(why),
     };
+    // With other replicas to take the nodes, hand them over first; a
+    // single replica on the memory store has nowhere to send them.
+    let clustered = matches!(config.database, DatabaseConfig::Postgres { .. });
+    if failure.is_none() && clustered {
+        running.drain().await;
+    }
     info!("shutting down");
     running.shutdown().await;
     match failure {
@@ -199,6 +224,7 @@ async fn main() -> std::process::ExitCode {
         Command::Migrate { config } => migrate(config).await,
         Command::Status { server, json } => admin::status(&server, json).await,
         Command::StepDown { server } => admin::step_down(&server).await,
+        Command::Drain { server } => admin::drain(&server).await,
     };
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -18,6 +18,7 @@ struct Counters {
     calls: AtomicU64,
     errors: AtomicU64,
     unavailable: AtomicU64,
+    fenced: AtomicU64,
     retries: AtomicU64,
     total_micros: AtomicU64,
     max_micros: AtomicU64,
@@ -32,6 +33,8 @@ pub(super) enum Outcome {
     Refused,
     /// The database could not be used: `StoreError::Unavailable`.
     Unavailable,
+    /// A leader's write refused because another leader took over.
+    Fenced,
 }
 
 /// A copy of one operation's counters.
@@ -43,6 +46,8 @@ pub struct OpMetrics {
     pub errors: u64,
     /// Calls that returned `StoreError::Unavailable`.
     pub unavailable: u64,
+    /// Leader writes refused by the fence (`StoreError::Fenced`).
+    pub fenced: u64,
     /// Attempts rerun after a serialization failure or deadlock.
     pub retries: u64,
     /// Summed wall time of finished calls, retries and pauses included.
@@ -84,6 +89,9 @@ impl Metrics {
         if outcome == Outcome::Unavailable {
             c.unavailable.fetch_add(1, Ordering::Relaxed);
         }
+        if outcome == Outcome::Fenced {
+            c.fenced.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     pub(super) fn snapshot(&self) -> PgMetrics {
@@ -99,6 +107,7 @@ impl Counters {
             calls: self.calls.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
             unavailable: self.unavailable.load(Ordering::Relaxed),
+            fenced: self.fenced.load(Ordering::Relaxed),
             retries: self.retries.load(Ordering::Relaxed),
             total_latency: Duration::from_micros(self.total_micros.load(Ordering::Relaxed)),
             max_latency: Duration::from_micros(self.max_micros.load(Ordering::Relaxed)),
@@ -117,13 +126,14 @@ mod tests {
         m.finished("get_node", Duration::from_millis(5), Outcome::Unavailable);
         m.retried("apply");
         m.finished("apply", Duration::from_millis(1), Outcome::Refused);
+        m.finished("apply", Duration::from_millis(1), Outcome::Fenced);
         let snap = m.snapshot();
         let get = &snap.ops["get_node"];
         assert_eq!((get.calls, get.errors, get.unavailable), (2, 1, 1));
         assert_eq!(get.total_latency, Duration::from_millis(7));
         assert_eq!(get.max_latency, Duration::from_millis(5));
         let apply = &snap.ops["apply"];
-        assert_eq!((apply.calls, apply.errors, apply.retries), (1, 1, 1));
-        assert_eq!(apply.unavailable, 0);
+        assert_eq!((apply.calls, apply.errors, apply.retries), (2, 2, 1));
+        assert_eq!((apply.unavailable, apply.fenced), (0, 1));
     }
 }

@@ -215,6 +215,7 @@ fn outcome<T>(result: &Result<T, StoreError>) -> Outcome {
     match result {
         Ok(_) => Outcome::Ok,
         Err(StoreError::Unavailable(_)) => Outcome::Unavailable,
+        Err(StoreError::Fenced { .. }) => Outcome::Fenced,
         Err(_) => Outcome::Refused,
     }
 }

@@ -1,0 +1,331 @@
+//! What operators and load balancers see of a replica: the HTTP endpoint
+//! (liveness, readiness, Prometheus metrics), the gRPC health service on
+//! both public listeners, and a drain that moves every node to another
+//! replica in batches.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::cut::cuttable_database;
+use common::pg::{fresh_pg_database, pg_url_for};
+use common::scenario::{mk_links, wait_links_in};
+use common::{PATIENCE, mk_replica, wait_for};
+use slim_cp::config::{ClusterConfig, DrainConfig, ReconcilerConfig};
+use slim_cp::server::{self, Options, Running};
+use slim_cp::sim::{Balancer, FleetOptions, SimFleet, SimNodeSpec, SimOptions};
+use slim_cp::store::PgStore;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A replica of a cluster on the database at `url`, with its HTTP endpoint.
+async fn mk_member(url: &str, id: &str, drain: DrainConfig) -> Running {
+    let store = PgStore::connect(url, 4).await.expect("connects");
+    let opts = Options {
+        http: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+        topology: mk_links(&[("*", &["*"])]),
+        reconciler: ReconcilerConfig {
+            base_retry_delay: Duration::from_millis(50),
+            ..ReconcilerConfig::default()
+        },
+        drain,
+        ..Options::loopback()
+    };
+    let cluster = ClusterConfig {
+        replica_id: Some(id.into()),
+        relay_endpoint: "127.0.0.1:0".into(),
+        lease: Duration::from_secs(2),
+        renew: Duration::from_millis(500),
+        heartbeat: Duration::from_millis(300),
+        replica_ttl: Duration::from_secs(3),
+        ..ClusterConfig::default()
+    };
+    server::start_clustered(opts, store, cluster)
+        .await
+        .expect("replica starts")
+}
+
+/// `GET path` on the HTTP endpoint: the status code and the body.
+async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut conn = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("endpoint listens");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    conn.write_all(req.as_bytes()).await.expect("request sent");
+    let mut raw = String::new();
+    conn.read_to_string(&mut raw).await.expect("response read");
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, body.to_string())
+}
+
+/// `/metrics`, parsed by a Prometheus text parser.
+async fn scrape(addr: SocketAddr) -> prometheus_parse::Scrape {
+    let (status, body) = get(addr, "/metrics").await;
+    assert_eq!(status, 200, "{body}");
+    prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).expect("parses")
+}
+
+/// The value of sample `name` with labels including `labels` (0 if absent).
+fn sample(s: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+    s.samples
+        .iter()
+        .filter(|x| x.metric == name)
+        .filter(|x| labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v)))
+        .map(|x| match &x.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => *v,
+            _ => 0.0,
+        })
+        .sum()
+}
+
+fn mk_fleet(url: &str, groups: usize, per_group: usize, nodes_per_channel: usize) -> SimFleet {
+    let mut specs = Vec::new();
+    for g in 0..groups {
+        for i in 0..per_group {
+            let endpoint = format!("127.0.0.1:{}", 50000 + specs.len());
+            let mut spec = SimNodeSpec::new(&format!("n{i}"), Some(&format!("g{g}")), &endpoint);
+            spec.external_endpoint = Some(endpoint);
+            specs.push(spec);
+        }
+    }
+    let opts = FleetOptions {
+        nodes_per_channel,
+        node: SimOptions {
+            connect_retry_interval: Duration::from_millis(50),
+            ..SimOptions::default()
+        },
+    };
+    SimFleet::start(url, specs, opts).expect("fleet starts")
+}
+
+async fn wait_status(addr: SocketAddr, path: &str, want: u16, what: &str) -> String {
+    wait_for(what, || async {
+        let (status, body) = get(addr, path).await;
+        if status == want {
+            Ok(body)
+        } else {
+            Err(format!("{status}: {body}"))
+        }
+    })
+    .await
+}
+
+/// Scenario: a replica with its HTTP endpoint: alive and ready; the
+/// metrics parse and move as a fleet registers and converges; readiness
+/// turns 503 while the database is cut and while the replica drains, and
+/// back to 200 once the database returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_move_and_readiness_follows_the_database_and_the_drain() {
+    let (path, url) = cuttable_database().await;
+    let cp = mk_member(&url, "cp-a", DrainConfig::default()).await;
+    let http = cp.http_addr.expect("the endpoint is on");
+    assert_eq!(get(http, "/healthz").await.0, 200);
+    wait_status(http, "/readyz", 200, "ready").await;
+    let before = wait_for("the single member to lead", || async {
+        let s = scrape(http).await;
+        if sample(&s, "slim_cp_leader", &[]) == 1.0 {
+            Ok(s)
+        } else {
+            Err("not leading".into())
+        }
+    })
+    .await;
+    assert_eq!(sample(&before, "slim_cp_registrations_total", &[]), 0.0);
+
+    let fleet = mk_fleet(&format!("http://{}", cp.southbound_addr), 3, 2, 1);
+    assert!(
+        fleet.wait_all_registered(PATIENCE).await,
+        "lost: {:?}",
+        fleet.lost()
+    );
+    wait_links_in(cp.store.as_ref(), &fleet, 3).await;
+    let after = wait_for("the counters to catch up", || async {
+        let s = scrape(http).await;
+        let recorded = sample(
+            &s,
+            "slim_cp_registrations_total",
+            &[("outcome", "recorded")],
+        );
+        if recorded == 6.0 {
+            Ok(s)
+        } else {
+            Err(format!("{recorded} registrations"))
+        }
+    })
+    .await;
+    assert_eq!(sample(&after, "slim_cp_sessions", &[]), 6.0);
+    assert!(
+        sample(
+            &after,
+            "slim_cp_facts_recorded_total",
+            &[("kind", "registration")]
+        ) == 0.0
+    );
+    assert!(sample(&after, "slim_cp_facts_recorded_total", &[("kind", "ready")]) >= 6.0);
+    // Three links from at most three sources: one command each, at least.
+    assert!(sample(&after, "slim_cp_commands_total", &[("result", "acked")]) >= 1.0);
+    assert!(
+        sample(
+            &after,
+            "slim_cp_reconciles_total",
+            &[("outcome", "converged")]
+        ) >= 1.0
+    );
+    assert!(
+        sample(
+            &after,
+            "slim_cp_store_transactions_total",
+            &[("op", "begin_session")]
+        ) >= 6.0
+    );
+    assert!(
+        after
+            .docs
+            .contains_key("slim_cp_reconcile_duration_seconds")
+    );
+    assert!(sample(&after, "slim_cp_epoch", &[]) >= 1.0);
+
+    path.cut();
+    let why = wait_status(http, "/readyz", 503, "not ready without the database").await;
+    assert!(why.contains("database unreachable"), "{why}");
+    assert_eq!(get(http, "/healthz").await.0, 200, "still alive");
+    path.restore();
+    wait_status(http, "/readyz", 200, "ready again").await;
+
+    let cp = Arc::new(cp);
+    let draining = tokio::spawn({
+        let cp = cp.clone();
+        async move { cp.drain().await }
+    });
+    let why = wait_status(http, "/readyz", 503, "not ready while draining").await;
+    assert!(why.contains("draining"), "{why}");
+    draining.await.expect("drained");
+    assert_eq!(cp.registry().len(), 0, "every stream closed");
+}
+
+/// Scenario: `grpc_health_probe`-style checks against both listeners
+/// report SERVING, overall and for the API each one serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grpc_health_service_reports_serving_on_both_listeners() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    let cp = mk_replica().await;
+    let listeners = [
+        (cp.southbound_addr, "controller.proto.v1.ControllerService"),
+        (
+            cp.northbound_addr,
+            "controlplane.proto.v1.ControlPlaneService",
+        ),
+    ];
+    for (addr, service) in listeners {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .expect("url")
+            .connect()
+            .await
+            .expect("connects");
+        let mut client = HealthClient::new(channel);
+        for name in ["", service] {
+            let status = wait_for(&format!("{name:?} serving on {addr}"), || {
+                let mut client = client.clone();
+                async move {
+                    let req = HealthCheckRequest {
+                        service: name.into(),
+                    };
+                    let s = client
+                        .check(req)
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .into_inner()
+                        .status;
+                    if s == ServingStatus::Serving as i32 {
+                        Ok(s)
+                    } else {
+                        Err(format!("{s}"))
+                    }
+                }
+            })
+            .await;
+            assert_eq!(status, ServingStatus::Serving as i32);
+        }
+        let unknown = client
+            .check(HealthCheckRequest {
+                service: "no.such.Service".into(),
+            })
+            .await;
+        assert_eq!(unknown.unwrap_err().code(), tonic::Code::NotFound);
+    }
+}
+
+/// Scenario: 300 nodes on replica A, a second replica B joins behind the
+/// same redispatching balancer, A drains: every node moves to B, none is
+/// lost, and A closes its streams a batch at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_moves_every_node_in_batches() {
+    let url = pg_url_for(&fresh_pg_database().await);
+    let drain = DrainConfig {
+        lb_grace: Duration::from_millis(200),
+        batch: 50,
+        interval: Duration::from_millis(300),
+    };
+    let a = Arc::new(mk_member(&url, "cp-a", drain).await);
+    let lb = Balancer::start(vec![a.southbound_addr])
+        .await
+        .expect("balancer");
+    let fleet = mk_fleet(&lb.url(), 10, 30, 1);
+    assert!(
+        fleet.wait_all_registered(PATIENCE * 2).await,
+        "lost: {:?}",
+        fleet.lost()
+    );
+    let b = mk_member(&url, "cp-b", DrainConfig::default()).await;
+    lb.set_backends(vec![a.southbound_addr, b.southbound_addr]);
+
+    let held = tokio::spawn({
+        let a = a.clone();
+        async move {
+            let mut seen = vec![a.registry().len()];
+            while seen.last() != Some(&0) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                let now = a.registry().len();
+                if seen.last() != Some(&now) {
+                    seen.push(now);
+                }
+            }
+            seen
+        }
+    });
+    a.drain().await;
+    let seen = held.await.expect("watched");
+    wait_for("every node on B", || async {
+        let on_b = b.registry().len();
+        if on_b == 300 {
+            Ok(())
+        } else {
+            Err(format!("{on_b} on B, lost {:?}", fleet.lost()))
+        }
+    })
+    .await;
+    assert_eq!(fleet.lost_count(), 0, "lost: {:?}", fleet.lost());
+    assert!(
+        fleet.nodes().iter().all(|n| n.registrations() == 2),
+        "each moved once"
+    );
+    let steps: Vec<usize> = seen.windows(2).map(|w| w[0].saturating_sub(w[1])).collect();
+    assert!(
+        steps.iter().all(|s| *s <= 50),
+        "at most a batch at a time: {seen:?}"
+    );
+    assert!(
+        steps.iter().filter(|s| **s > 0).count() >= 6,
+        "in batches: {seen:?}"
+    );
+}
