@@ -16,6 +16,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::{Instant, sleep, timeout};
@@ -71,6 +72,9 @@ struct Beating {
     membership: Membership,
     transport: Arc<Transport>,
     health: Arc<Health>,
+    /// The newest session generation recorded in the cluster, as of the
+    /// last heartbeat (see `southbound::Ctx::seen_generation`).
+    seen_generation: Arc<AtomicU64>,
     /// Since when heartbeats have failed (the database is unreachable).
     silent_since: Option<Instant>,
 }
@@ -110,12 +114,14 @@ impl Membership {
         self,
         transport: Arc<Transport>,
         health: Arc<Health>,
+        seen_generation: Arc<AtomicU64>,
         cancel: CancellationToken,
     ) -> Result<(), MembershipError> {
         Beating {
             membership: self,
             transport,
             health,
+            seen_generation,
             silent_since: None,
         }
         .run(cancel)
@@ -189,7 +195,8 @@ impl Beating {
             .query_opt(
                 "UPDATE replicas SET heartbeat_at = now() \
                  WHERE id = $1 AND incarnation = $2 AND NOT expired \
-                 RETURNING (SELECT epoch FROM leadership WHERE singleton)",
+                 RETURNING (SELECT epoch FROM leadership WHERE singleton), \
+                   (SELECT last_value FROM generation_seq)",
                 &[&me.id, &incarnation],
             )
             .await?;
@@ -197,6 +204,10 @@ impl Beating {
         let epoch: i64 = row.try_get(0)?;
         self.transport
             .observe_epoch(u64::try_from(epoch).unwrap_or(0));
+        let generation: i64 = row.try_get(1)?;
+        let generation = u64::try_from(generation).unwrap_or(0);
+        self.seen_generation
+            .fetch_max(generation, Ordering::Relaxed);
         Ok(true)
     }
 

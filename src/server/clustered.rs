@@ -93,7 +93,10 @@ pub async fn start_clustered_on(
     let extra = background(&core, membership, election, &secret);
     // A handover waits up to a lease for leader work to stop, plus the
     // term's tasks' own wind-down: give the forwarded call room for both.
-    let (handover, ttl) = (cluster.lease * 2 + Duration::from_secs(5), cluster.replica_ttl);
+    let (handover, ttl) = (
+        cluster.lease * 2 + Duration::from_secs(5),
+        cluster.replica_ttl,
+    );
     let backing = move |_| Backing::Shared {
         store: pg,
         relay,
@@ -134,6 +137,7 @@ fn core(
         election: Some(election),
         health: Health::new(),
         metrics: Metrics::new(),
+        seen_generation: Arc::default(),
     }
 }
 
@@ -145,8 +149,9 @@ fn background(core: &Core, membership: Membership, election: Election, secret: &
     let beat = {
         let (transport, health, cancel) =
             (core.transport.clone(), core.health.clone(), cancel.clone());
+        let seen = core.seen_generation.clone();
         tokio::spawn(async move {
-            if let Err(e) = membership.run(transport, health, cancel).await {
+            if let Err(e) = membership.run(transport, health, seen, cancel).await {
                 warn!(error = %e, "this replica cannot go on");
                 fail_tx.send_replace(Some(e.to_string()));
             }

@@ -43,6 +43,8 @@ pub(super) struct Core {
     pub election: Option<ElectionHandle>,
     pub health: Arc<Health>,
     pub metrics: Arc<Metrics>,
+    /// See `southbound::Ctx::seen_generation`.
+    pub seen_generation: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Builds the relay service once the replica's shared state exists.
@@ -161,6 +163,7 @@ impl Core {
             register_timeout: opts.register_timeout,
             writers: writers.clone(),
             metrics: self.metrics.clone(),
+            seen_generation: self.seen_generation.clone(),
         });
         let northbound = Northbound::new(northbound::Ctx {
             store: self.store.clone(),

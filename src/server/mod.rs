@@ -117,6 +117,7 @@ pub async fn start_on(
         election: None,
         health: Health::new(),
         metrics: Metrics::new(),
+        seen_generation: Arc::default(),
     };
     core.start(sockets, opts, |_| Backing::Solo(store), None)
         .await

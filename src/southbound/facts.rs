@@ -9,6 +9,7 @@
 //! the session was replaced ends the writer and the stream.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use prometheus_client::metrics::gauge::Gauge;
@@ -160,7 +161,11 @@ async fn record_once(ctx: &Ctx, node: &str, session: Uuid, fact: &Fact) -> Resul
     match fact {
         Fact::Begun(registration) => {
             let owner = ctx.identity.current();
+            // A compare-and-set (see `Registration::stale_after`): a newer
+            // registration of the node refuses it, and the stream closes.
             let started = store.begin_session((**registration).clone(), owner).await?;
+            let generation = started.session.generation;
+            ctx.seen_generation.fetch_max(generation, Ordering::Relaxed);
             if let Some(old) = &started.replaced {
                 ctx.signals.session_replaced(node, old);
             }

@@ -17,6 +17,9 @@ pub enum Refusal {
     ControlCharacters { field: &'static str },
     #[error("registration credentials rejected: {0}")]
     Unauthenticated(String),
+    /// The store refused the registration for a reason no retry cures.
+    #[error("the registration cannot be recorded: {0}")]
+    Store(String),
 }
 
 impl Refusal {
@@ -26,6 +29,7 @@ impl Refusal {
             Refusal::EmptyNodeId => "empty_node_id",
             Refusal::ControlCharacters { .. } => "control_characters",
             Refusal::Unauthenticated(_) => "unauthenticated",
+            Refusal::Store(_) => "store_refused",
         }
     }
 }
@@ -92,6 +96,7 @@ pub fn registration(
             .filter_map(|r| r.name.as_ref())
             .filter_map(|n| names::from_wire(n).ok())
             .collect::<Vec<Name>>(),
+        stale_after: None,
     })
 }
 

@@ -7,10 +7,12 @@
 pub mod auth;
 mod facts;
 pub mod handshake;
+mod register;
 mod serve;
 mod session;
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -44,6 +46,11 @@ pub struct Ctx {
     /// the ends of its streams are recorded before its relay stops.
     pub writers: TaskTracker,
     pub metrics: Arc<Metrics>,
+    /// The highest session generation this replica has seen recorded (by
+    /// its own registrations, and by its heartbeats in a cluster): a
+    /// registration answered while the store was away is recorded later
+    /// only if the node has no newer one.
+    pub seen_generation: Arc<AtomicU64>,
 }
 
 /// The `ControllerService` implementation.

@@ -12,8 +12,10 @@ use super::{ChangeSet, Store};
 use crate::store::StoreError;
 
 mod claims;
+mod late;
 mod retire;
 pub use claims::{link_claims_round_trip, now_is_the_clock_of_the_stamps};
+pub use late::a_late_registration_never_replaces_a_newer_one;
 pub use retire::retired_links_go_only_while_their_source_is_away;
 
 /// Expands to one `#[tokio::test]` per conformance case. `$make` is an
@@ -49,7 +51,8 @@ macro_rules! store_conformance_tests {
             a_restarted_replica_ends_its_earlier_sessions,
             link_claims_round_trip,
             now_is_the_clock_of_the_stamps,
-            retired_links_go_only_while_their_source_is_away
+            retired_links_go_only_while_their_source_is_away,
+            a_late_registration_never_replaces_a_newer_one
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

@@ -90,6 +90,16 @@ impl Store for MemoryStore {
         owner: ReplicaRef,
     ) -> Result<SessionStart, StoreError> {
         let mut st = self.lock();
+        let latest = st
+            .nodes
+            .get(&registration.node_id)
+            .map_or(0, |r| r.generation);
+        if registration.stale_after.is_some_and(|g| latest > g) {
+            return Err(StoreError::StaleSession {
+                node: registration.node_id,
+                session: registration.session_id,
+            });
+        }
         st.generation += 1;
         let generation = st.generation;
         let rec = st

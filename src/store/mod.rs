@@ -24,7 +24,7 @@ use model::{
     Session, Template,
 };
 pub use postgres::{PgStore, SetupError};
-pub use retry::retry_unavailable;
+pub use retry::retry_until;
 
 /// Why a store call failed.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
@@ -106,7 +106,10 @@ pub trait Store: Send + Sync + 'static {
     /// otherwise replaces its registration facts. The new session gets a
     /// generation higher than any issued before (store-wide), clears the
     /// node's `received_links` and `departure`, and replaces any current
-    /// session, which is returned in `replaced`.
+    /// session, which is returned in `replaced`. With `stale_after: Some(g)`
+    /// it is a compare-and-set: if the record's latest generation is above
+    /// `g` (the node registered again meanwhile), nothing changes and it
+    /// fails with `StaleSession`.
     async fn begin_session(
         &self,
         registration: Registration,

@@ -103,6 +103,11 @@ pub struct Registration {
     pub reported_connections: Vec<ReportedConnection>,
     /// Routes the node listed in its registration (in practice none).
     pub reported_routes: Vec<Name>,
+    /// For a registration recorded late (answered while the store was
+    /// away): the highest generation the owner had seen before it arrived.
+    /// A record whose latest generation is above it has a newer
+    /// registration of the node, which this one must not replace.
+    pub stale_after: Option<u64>,
 }
 
 /// A node as the store holds it: its latest registration facts, its current

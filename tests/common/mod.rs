@@ -161,26 +161,31 @@ impl RawNode {
     pub async fn answer_empty_tables(&mut self) {
         for _ in 0..2 {
             let msg = self.recv().await.expect("stream open").expect("a request");
-            let id = msg.message_id;
-            let reply = match msg.payload {
-                Some(Payload::ConnectionListRequest(_)) => {
-                    Payload::ConnectionListResponse(sb::ConnectionListResponse {
-                        original_message_id: id,
-                        entries: vec![],
-                        done: true,
-                    })
-                }
-                Some(Payload::RouteListRequest(_)) => {
-                    Payload::RouteListResponse(sb::RouteListResponse {
-                        original_message_id: id,
-                        entries: vec![],
-                        done: true,
-                    })
-                }
-                other => panic!("expected a list request from the reconciler, got {other:?}"),
-            };
-            self.send(reply).await;
+            self.answer(msg).await;
         }
+    }
+
+    /// Answers a list request with an empty table.
+    pub async fn answer(&self, msg: sb::ControlMessage) {
+        let id = msg.message_id;
+        let reply = match msg.payload {
+            Some(Payload::ConnectionListRequest(_)) => {
+                Payload::ConnectionListResponse(sb::ConnectionListResponse {
+                    original_message_id: id,
+                    entries: vec![],
+                    done: true,
+                })
+            }
+            Some(Payload::RouteListRequest(_)) => {
+                Payload::RouteListResponse(sb::RouteListResponse {
+                    original_message_id: id,
+                    entries: vec![],
+                    done: true,
+                })
+            }
+            other => panic!("expected a list request, got {other:?}"),
+        };
+        self.send(reply).await;
     }
 }
 

@@ -4,7 +4,9 @@
 //! `retries` + `redispatch`), so a node's single reconnect attempt lands on
 //! whichever replica is up. In front of Postgres it is the network path a
 //! drill cuts: `cut()` resets every connection and refuses new ones until
-//! `restore()`.
+//! `restore()`; `blackhole()` drops every byte instead (connections stay
+//! open and silent, new ones are accepted and never answered), as a
+//! partition does, until `restore()` closes them.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -20,6 +22,8 @@ struct State {
     backend: SocketAddr,
     cut: bool,
     conns: Vec<JoinHandle<()>>,
+    /// While `true`, nothing is forwarded and nothing is closed.
+    blackholed: tokio::sync::watch::Sender<bool>,
 }
 
 pub struct Proxy {
@@ -36,6 +40,7 @@ impl Proxy {
             backend,
             cut: false,
             conns: Vec::new(),
+            blackholed: tokio::sync::watch::Sender::new(false),
         }));
         let accept = tokio::spawn(accept_loop(listener, state.clone()));
         Proxy {
@@ -63,8 +68,15 @@ impl Proxy {
         }
     }
 
+    /// Forwards nothing more, closes nothing: a partition.
+    pub fn blackhole(&self) {
+        self.lock().blackholed.send_replace(true);
+    }
+
     pub fn restore(&self) {
-        self.lock().cut = false;
+        let mut st = self.lock();
+        st.cut = false;
+        st.blackholed.send_replace(false);
     }
 }
 
@@ -89,9 +101,20 @@ async fn accept_loop(listener: TcpListener, state: Arc<Mutex<State>>) {
     }
 }
 
-async fn relay(mut client: TcpStream, state: Arc<Mutex<State>>) {
+async fn relay(client: TcpStream, state: Arc<Mutex<State>>) {
+    let holes = state
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .blackholed
+        .subscribe();
+    let blackholed = *holes.borrow();
+    if blackholed {
+        // Accepted, never answered, closed once the path is back.
+        restored(holes).await;
+        return;
+    }
     let deadline = tokio::time::Instant::now() + BACKEND_PATIENCE;
-    let mut backend = loop {
+    let backend = loop {
         let addr = state.lock().unwrap_or_else(|p| p.into_inner()).backend;
         match TcpStream::connect(addr).await {
             Ok(b) => break b,
@@ -101,5 +124,46 @@ async fn relay(mut client: TcpStream, state: Arc<Mutex<State>>) {
             Err(_) => return,
         }
     };
-    let _ = tokio::io::copy_bidirectional(&mut client, &mut backend).await;
+    let (client_r, client_w) = client.into_split();
+    let (backend_r, backend_w) = backend.into_split();
+    tokio::join!(
+        pump(client_r, backend_w, holes.clone()),
+        pump(backend_r, client_w, holes)
+    );
+}
+
+/// Copies `from` to `to` until either closes; in a black hole, drops
+/// every byte and keeps both open until the path is restored.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    holes: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut watch = holes.clone();
+    loop {
+        let n = tokio::select! {
+            read = from.read(&mut buf) => match read {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            },
+            () = async { let _ = watch.wait_for(|b| *b).await; } => {
+                restored(holes).await;
+                return;
+            }
+        };
+        let blackholed = *holes.borrow();
+        if blackholed {
+            restored(holes).await;
+            return;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn restored(mut holes: tokio::sync::watch::Receiver<bool>) {
+    let _ = holes.wait_for(|b| !*b).await;
 }

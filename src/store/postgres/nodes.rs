@@ -17,10 +17,12 @@ use crate::store::model::{
 };
 use crate::store::{SessionStart, StoreError};
 
-/// Creates the row if needed and locks it, returning its current session.
+/// Creates the row if needed and locks it, returning its current session
+/// and latest generation.
 const LOCK_OR_CREATE: &str = "INSERT INTO nodes (id) VALUES ($1) \
      ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id \
-     RETURNING session_id, session_generation, session_owner, session_incarnation, session_state";
+     RETURNING session_id, session_generation, session_owner, session_incarnation, session_state, \
+       generation";
 
 /// The generation comes from the store-wide sequence, drawn after the lock
 /// so that one node's sessions get increasing generations in lock order.
@@ -37,6 +39,12 @@ pub(super) async fn begin_session(
     owner: &ReplicaRef,
 ) -> Result<SessionStart, TxError> {
     let current = query_one(db, LOCK_OR_CREATE, &[&reg.node_id]).await?;
+    let latest = to_u64(current.try_get("generation")?)?;
+    if reg.stale_after.is_some_and(|g| latest > g) {
+        // A newer registration stands; the aborted transaction takes back
+        // a row this call may have created.
+        return Err(stale(&reg.node_id, reg.session_id));
+    }
     let replaced = session_from(&current)?;
     let id = crate::store::chosen_or_new(reg.session_id);
     let state = SessionState::Registering;

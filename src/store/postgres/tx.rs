@@ -2,7 +2,7 @@
 //! [`Tx::run`]. It sets the isolation, applies the leader's fence, retries
 //! serialization failures and deadlocks a bounded number of times, bounds
 //! each attempt in time, maps connection trouble to
-//! [`StoreError::Unavailable`] (so callers' `retry_unavailable` applies) and
+//! [`StoreError::Unavailable`] (so callers' `retry_until` applies) and
 //! records per-operation metrics.
 //!
 //! Isolation: writes run READ COMMITTED. Every read-modify-write of a node
