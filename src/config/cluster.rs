@@ -192,7 +192,7 @@ mod tests {
     use super::*;
 
     fn parse(yaml: &str, env: &[(&str, &str)]) -> Result<ClusterConfig, ConfigError> {
-        let raw: RawCluster = serde_yaml::from_str(yaml).expect("yaml");
+        let raw: RawCluster = yaml_serde::from_str(yaml).expect("yaml");
         let env = |k: &str| {
             env.iter()
                 .find(|(n, _)| *n == k)

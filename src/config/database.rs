@@ -211,7 +211,7 @@ mod tests {
         yaml: &str,
         env: &[(&str, &str)],
     ) -> Result<(DatabaseConfig, Vec<String>), String> {
-        let raw: RawDatabase = serde_yaml::from_str(yaml).map_err(|e| e.to_string())?;
+        let raw: RawDatabase = yaml_serde::from_str(yaml).map_err(|e| e.to_string())?;
         let mut ignored = Vec::new();
         let lookup = |name: &str| {
             env.iter()

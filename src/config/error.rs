@@ -87,7 +87,7 @@ impl ConfigError {
     }
 
     /// YAML that does not parse at all.
-    pub(crate) fn from_syntax(err: &serde_yaml::Error) -> Self {
+    pub(crate) fn from_syntax(err: &yaml_serde::Error) -> Self {
         let (line, column) = location(err);
         ConfigError::Syntax {
             line,
@@ -97,7 +97,7 @@ impl ConfigError {
     }
 
     /// A value refused while reading the typed configuration.
-    pub(crate) fn from_typed(err: serde_path_to_error::Error<serde_yaml::Error>) -> Self {
+    pub(crate) fn from_typed(err: serde_path_to_error::Error<yaml_serde::Error>) -> Self {
         let path = err.path().to_string();
         let inner = err.into_inner();
         let (line, column) = location(&inner);
@@ -129,7 +129,7 @@ impl fmt::Display for Position {
     }
 }
 
-fn location(err: &serde_yaml::Error) -> (Option<usize>, Option<usize>) {
+fn location(err: &yaml_serde::Error) -> (Option<usize>, Option<usize>) {
     match err.location() {
         Some(loc) => (Some(loc.line()), Some(loc.column())),
         None => (None, None),
@@ -149,9 +149,9 @@ fn ancestors(path: &str) -> Vec<String> {
     out
 }
 
-/// serde_yaml renders "<its path>: <message> at line L column C"; we print
+/// yaml_serde renders "<its path>: <message> at line L column C"; we print
 /// our own key and position, so strip both to keep the message once.
-fn bare_message(err: &serde_yaml::Error, prefixes: &[String]) -> String {
+fn bare_message(err: &yaml_serde::Error, prefixes: &[String]) -> String {
     let mut text = err.to_string();
     if let Some(loc) = err.location() {
         let suffix = format!(" at line {} column {}", loc.line(), loc.column());

@@ -109,11 +109,11 @@ mod tests {
     fn levels_case_insensitive_and_checked() {
         assert_eq!(check_level("WARN").unwrap(), "warn");
         assert!(check_level("verbose").unwrap_err().contains("trace, debug"));
-        let raw: RawTracing = serde_yaml::from_str("log_level: Debug\nfilters: [a]").unwrap();
+        let raw: RawTracing = yaml_serde::from_str("log_level: Debug\nfilters: [a]").unwrap();
         let mut ignored = Vec::new();
         assert_eq!(raw.into_config(&mut ignored).log_level, "debug");
         assert_eq!(ignored, vec!["tracing.filters"]);
-        assert!(serde_yaml::from_str::<RawTracing>("log_level: loud").is_err());
-        assert!(serde_yaml::from_str::<RawTracing>("colour: true").is_err());
+        assert!(yaml_serde::from_str::<RawTracing>("log_level: loud").is_err());
+        assert!(yaml_serde::from_str::<RawTracing>("colour: true").is_err());
     }
 }

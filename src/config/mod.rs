@@ -98,8 +98,8 @@ impl Default for Config {
 impl Config {
     /// Parses and validates a configuration document.
     pub fn from_yaml_str(text: &str) -> Result<Config, ConfigError> {
-        let mut tree: serde_yaml::Value =
-            serde_yaml::from_str(text).map_err(|e| ConfigError::from_syntax(&e))?;
+        let mut tree: yaml_serde::Value =
+            yaml_serde::from_str(text).map_err(|e| ConfigError::from_syntax(&e))?;
         if tree.is_null() {
             // Empty, or only comments.
             return Ok(Config::default());
@@ -116,7 +116,7 @@ impl Config {
         let raw: RawConfig = if resolve::expand_references(&mut tree)? {
             serde_path_to_error::deserialize(tree)
         } else {
-            serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(text))
+            serde_path_to_error::deserialize(yaml_serde::Deserializer::from_str(text))
         }
         .map_err(ConfigError::from_typed)?;
         let config = raw.into_config()?;

@@ -115,7 +115,7 @@ mod tests {
     #[test]
     fn partial_section_keeps_other_defaults() {
         let c: ReconcilerConfig =
-            serde_yaml::from_str("workers: 8\nreconcile_period: 0s\n").unwrap();
+            yaml_serde::from_str("workers: 8\nreconcile_period: 0s\n").unwrap();
         assert_eq!(c.workers, 8);
         assert_eq!(c.reconcile_period, Duration::ZERO);
         assert_eq!(c.max_requeues, 15);
@@ -123,7 +123,7 @@ mod tests {
 
     #[test]
     fn zero_workers_and_zero_base_delay_refused() {
-        assert!(serde_yaml::from_str::<ReconcilerConfig>("workers: 0").is_err());
+        assert!(yaml_serde::from_str::<ReconcilerConfig>("workers: 0").is_err());
         let c = ReconcilerConfig {
             workers: 0,
             ..ReconcilerConfig::default()

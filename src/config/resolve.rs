@@ -4,7 +4,7 @@
 //! or the whole file content (not trimmed, so secrets match the nodes').
 //! Anything else, including text around a reference, is left alone.
 
-use serde_yaml::Value;
+use yaml_serde::Value;
 
 use super::ConfigError;
 
@@ -77,7 +77,7 @@ mod tests {
     use super::*;
 
     fn expand_yaml(yaml: &str) -> Result<(Value, bool), ConfigError> {
-        let mut value: Value = serde_yaml::from_str(yaml).unwrap();
+        let mut value: Value = yaml_serde::from_str(yaml).unwrap();
         let expanded = expand_references(&mut value)?;
         Ok((value, expanded))
     }

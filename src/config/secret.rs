@@ -126,7 +126,7 @@ mod tests {
             "-12345678901",
             "1.2345678901",
         ] {
-            let err = serde_yaml::from_str::<SharedSecret>(number)
+            let err = yaml_serde::from_str::<SharedSecret>(number)
                 .unwrap_err()
                 .to_string();
             assert!(!err.contains("2345678901"), "{err}");

@@ -252,10 +252,10 @@ mod tests {
 
     #[test]
     fn auth_none_accepted_other_kinds_refused_without_echoing_secrets() {
-        let raw: RawServer = serde_yaml::from_str("auth: {type: none}").unwrap();
+        let raw: RawServer = yaml_serde::from_str("auth: {type: none}").unwrap();
         assert!(raw.ignored_keys().any(|k| k == "auth"));
         let yaml = "auth:\n  type: basic\n  username: admin\n  password: hunter2\n";
-        let err = serde_yaml::from_str::<RawServer>(yaml)
+        let err = yaml_serde::from_str::<RawServer>(yaml)
             .err()
             .unwrap()
             .to_string();

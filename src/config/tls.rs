@@ -252,7 +252,7 @@ mod tests {
     use super::*;
 
     fn parse(yaml: &str) -> Result<(TlsServerConfig, Vec<String>), ConfigError> {
-        let raw: RawTls = serde_yaml::from_str(yaml).unwrap();
+        let raw: RawTls = yaml_serde::from_str(yaml).unwrap();
         let mut ignored = Vec::new();
         let tls = raw.into_config("southbound", &mut ignored)?;
         tls.validate("southbound")?;

@@ -327,7 +327,7 @@ mod tests {
     use super::*;
 
     fn parse(yaml: &str) -> Result<TopologySettings, String> {
-        let raw: RawTopology = serde_yaml::from_str(yaml).map_err(|e| e.to_string())?;
+        let raw: RawTopology = yaml_serde::from_str(yaml).map_err(|e| e.to_string())?;
         let settings = raw
             .into_config(&mut Vec::new())
             .map_err(|e| e.to_string())?;
@@ -394,7 +394,7 @@ mod tests {
     #[test]
     fn auth_keys_of_the_other_kind_are_reported() {
         let raw: RawTopology =
-            serde_yaml::from_str("registration_auth: {type: shared_secret, socket_path: /s}")
+            yaml_serde::from_str("registration_auth: {type: shared_secret, socket_path: /s}")
                 .unwrap();
         let mut ignored = Vec::new();
         raw.into_config(&mut ignored).unwrap();

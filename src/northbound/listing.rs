@@ -125,15 +125,15 @@ pub fn link_entries(
             )
         })
         .map(link_entry);
-    let wanted: BTreeSet<&(String, String)> = graphs.iter().flat_map(|g| &g.edges).collect();
+    let wanted: BTreeSet<(&str, &str)> = graphs.iter().flat_map(SegmentGraph::edges).collect();
     let pending = wanted
         .into_iter()
-        .filter(|e| !realized.contains(*e))
+        .filter(|(a, b)| !realized.contains(&(a.to_string(), b.to_string())))
         .map(|(a, b)| nb::LinkEntry {
             id: format!("pending|{a}|{b}"),
             link_id: "-".into(),
-            source_node_id: a.clone(),
-            dest_node_id: b.clone(),
+            source_node_id: a.to_string(),
+            dest_node_id: b.to_string(),
             dest_endpoint: "-".into(),
             status: nb::LinkStatus::Pending as i32,
             ..Default::default()
@@ -148,11 +148,10 @@ pub fn segment_entries(graphs: &[SegmentGraph]) -> Vec<nb::SegmentEntry> {
             name: g.name.clone(),
             groups: g.groups(),
             edges: g
-                .edges
-                .iter()
+                .edges()
                 .map(|(a, b)| nb::SegmentEdge {
-                    group_a: a.clone(),
-                    group_b: b.clone(),
+                    group_a: a.to_string(),
+                    group_b: b.to_string(),
                 })
                 .collect(),
         })

@@ -2,6 +2,7 @@
 //! a function of the topology configuration and the facts passed in.
 
 pub mod gateway;
+pub mod graph;
 pub mod linkconfig;
 pub mod links;
 pub mod routes;

@@ -6,10 +6,10 @@
 //! towards its parent); each later announcer gets downward routes on every
 //! group from the root down to it. Trees follow the topology graph (unit
 //! weights, neighbours visited in name order, so ties break the same way on
-//! any leader); a route appears once the link of its tree edge is live and
+//! any leader: see [`SegmentGraph::shortest_path_tree`]); a route appears once the link of its tree edge is live and
 //! claimed by a gateway on each side.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::topology::SegmentGraph;
 use crate::store::model::{Link, Name, NodeRecord, Route, RouteStatus, Template, edge};
@@ -52,29 +52,6 @@ fn realized(links: &[Link]) -> HashMap<(String, String), Realized<'_>> {
         .collect()
 }
 
-/// Parent of each group reached from `root` over `graph`, among `active` groups.
-fn tree(graph: &SegmentGraph, root: &str, active: &BTreeSet<&str>) -> BTreeMap<String, String> {
-    let mut adjacent: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-    for (a, b) in &graph.edges {
-        if active.contains(a.as_str()) && active.contains(b.as_str()) {
-            adjacent.entry(a).or_default().insert(b);
-            adjacent.entry(b).or_default().insert(a);
-        }
-    }
-    let mut parent = BTreeMap::new();
-    let mut seen = BTreeSet::from([root]);
-    let mut queue = VecDeque::from([root]);
-    while let Some(g) = queue.pop_front() {
-        for &n in adjacent.get(g).into_iter().flatten() {
-            if seen.insert(n) {
-                parent.insert(n.to_string(), g.to_string());
-                queue.push_back(n);
-            }
-        }
-    }
-    parent
-}
-
 /// The route id: one route per (source node, link, name), whoever asks.
 pub fn route_id(source: &str, link_id: &str, name: &Name) -> String {
     let [c0, c1, c2] = &name.components;
@@ -110,6 +87,25 @@ impl Expansion<'_> {
             updated_at: self.now,
         });
     }
+
+    /// Routes for `name` along one tree: upward from every group towards
+    /// the first announcer's (the root), downward from the root to each
+    /// later announcer's group.
+    fn along_tree(&mut self, name: &Name, parent: &BTreeMap<&str, &str>, inside: &[(&str, &str)]) {
+        let Some(&(first, _)) = inside.first() else {
+            return;
+        };
+        for (child, up) in parent {
+            self.add(child, up, name, first);
+        }
+        for &(node, group) in &inside[1..] {
+            let mut child = group;
+            while let Some(&up) = parent.get(child) {
+                self.add(up, child, name, node);
+                child = up;
+            }
+        }
+    }
 }
 
 /// Every route the announcements call for, by id. `active_groups` are the
@@ -137,29 +133,23 @@ pub fn expand(
         out: BTreeMap::new(),
         now,
     };
+    // One tree per domain and root, shared by every name rooted there.
+    let mut trees: HashMap<(usize, &str), BTreeMap<&str, &str>> = HashMap::new();
     for (name, mut announcers) in by_name {
         announcers.sort_by(|a, b| a.seq.cmp(&b.seq).then_with(|| a.node.cmp(&b.node)));
-        for graph in graphs {
-            let groups = graph.groups();
+        for (i, graph) in graphs.iter().enumerate() {
             let inside: Vec<(&str, &str)> = announcers
                 .iter()
                 .filter_map(|t| Some((t.node.as_str(), *group_of.get(t.node.as_str())?)))
-                .filter(|(_, g)| groups.iter().any(|x| x == g))
+                .filter(|(_, g)| graph.contains(g))
                 .collect();
-            let Some(&(first, root)) = inside.first() else {
+            let Some(&(_, root)) = inside.first() else {
                 continue;
             };
-            let parent = tree(graph, root, &active);
-            for (child, up) in &parent {
-                ex.add(child, up, name, first);
-            }
-            for &(node, group) in &inside[1..] {
-                let mut child = group;
-                while let Some(up) = parent.get(child) {
-                    ex.add(up, child, name, node);
-                    child = up;
-                }
-            }
+            let parent = trees
+                .entry((i, root))
+                .or_insert_with(|| graph.shortest_path_tree(root, |g| active.contains(g)));
+            ex.along_tree(name, parent, &inside);
         }
     }
     ex.out

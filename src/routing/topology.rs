@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+pub use super::graph::SegmentGraph;
 use crate::config::{AdjacencyEntry, SegmentConfig, TopologyConfig};
 use crate::store::model::{Segment, edge};
 
@@ -15,25 +16,6 @@ pub const DEFAULT_SEGMENT: &str = "default";
 
 const ANY: &str = "*";
 const TEMPLATE: &str = "$group";
-
-/// One routing domain: its name and undirected group edges `(a, b)`, `a < b`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SegmentGraph {
-    pub name: String,
-    pub edges: BTreeSet<(String, String)>,
-}
-
-impl SegmentGraph {
-    /// Groups on at least one edge, sorted.
-    pub fn groups(&self) -> Vec<String> {
-        let set: BTreeSet<&String> = self.edges.iter().flat_map(|(a, b)| [a, b]).collect();
-        set.into_iter().cloned().collect()
-    }
-
-    pub fn has_edge(&self, a: &str, b: &str) -> bool {
-        self.edges.contains(&edge(a, b))
-    }
-}
 
 /// The routing domains in force, given the registered groups.
 pub fn resolve(
@@ -44,15 +26,11 @@ pub fn resolve(
     match mode {
         TopologyConfig::Api => api_segments
             .iter()
-            .map(|s| SegmentGraph {
-                name: s.name.clone(),
-                edges: s.edges.iter().cloned().collect(),
-            })
+            .map(|s| SegmentGraph::new(s.name.clone(), s.edges.iter().cloned()))
             .collect(),
-        TopologyConfig::Links(links) => vec![SegmentGraph {
-            name: DEFAULT_SEGMENT.to_string(),
-            edges: expand(links, groups),
-        }],
+        TopologyConfig::Links(links) => {
+            vec![SegmentGraph::new(DEFAULT_SEGMENT, expand(links, groups))]
+        }
         TopologyConfig::Segments(segments) => segments
             .iter()
             .flat_map(|s| instantiate(s, groups))
@@ -76,10 +54,7 @@ fn uses_template(s: &SegmentConfig) -> bool {
 /// the segment does not already name. Instances with the same name merge.
 fn instantiate(s: &SegmentConfig, groups: &BTreeSet<String>) -> Vec<SegmentGraph> {
     if !uses_template(s) {
-        return vec![SegmentGraph {
-            name: s.name.clone(),
-            edges: expand(&s.links, groups),
-        }];
+        return vec![SegmentGraph::new(s.name.clone(), expand(&s.links, groups))];
     }
     let named: BTreeSet<&str> = s
         .links
@@ -107,7 +82,7 @@ fn instantiate(s: &SegmentConfig, groups: &BTreeSet<String>) -> Vec<SegmentGraph
     }
     merged
         .into_iter()
-        .map(|(name, edges)| SegmentGraph { name, edges })
+        .map(|(name, edges)| SegmentGraph::new(name, edges))
         .collect()
 }
 
@@ -149,7 +124,7 @@ mod tests {
     }
 
     fn edges_of(g: &SegmentGraph) -> Vec<String> {
-        g.edges.iter().map(|(a, b)| format!("{a}-{b}")).collect()
+        g.edges().map(|(a, b)| format!("{a}-{b}")).collect()
     }
 
     #[test]
@@ -217,6 +192,83 @@ mod tests {
         let graphs = resolve(&mode, &[], &BTreeSet::new());
         assert_eq!(edges_of(&graphs[1]), ["cloud-cluster-b", "cloud-cluster-c"]);
         assert_eq!(graphs[0].groups(), ["cloud", "cluster-a"]);
+    }
+
+    /// Trees of each graph from every root, by graph name.
+    fn trees(graphs: &[SegmentGraph]) -> BTreeMap<String, Vec<BTreeMap<&str, &str>>> {
+        graphs
+            .iter()
+            .map(|g| {
+                let roots = g.groups();
+                let trees = roots
+                    .iter()
+                    .map(|r| g.shortest_path_tree(r, |_| true))
+                    .collect();
+                (g.name.clone(), trees)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn input_order_changes_neither_graphs_nor_trees() {
+        let links = vec![
+            mk_entry("hub", &["*"]),
+            mk_entry("a", &["b", "c"]),
+            mk_entry("d", &["c", "a"]),
+        ];
+        let templated = SegmentConfig {
+            name: "t-$group".into(),
+            links: vec![
+                mk_entry("hub", &["$group", "a"]),
+                mk_entry("$group", &["d"]),
+            ],
+        };
+        let plain = SegmentConfig {
+            name: "plain".into(),
+            links: links.clone(),
+        };
+        let reversed = |l: &[AdjacencyEntry]| -> Vec<AdjacencyEntry> {
+            let names = |n: &[String]| n.iter().rev().cloned().collect::<Vec<_>>();
+            l.iter()
+                .rev()
+                .map(|e| AdjacencyEntry {
+                    group: e.group.clone(),
+                    neighbors: names(&e.neighbors),
+                })
+                .collect()
+        };
+        let groups = mk_groups(&["a", "b", "c", "d", "e", "hub"]);
+        let forward = TopologyConfig::Segments(vec![plain.clone(), templated.clone()]);
+        let backward = TopologyConfig::Segments(vec![
+            SegmentConfig {
+                links: reversed(&templated.links),
+                ..templated
+            },
+            SegmentConfig {
+                links: reversed(&plain.links),
+                ..plain
+            },
+        ]);
+        let one = resolve(&forward, &[], &groups);
+        let other = resolve(&backward, &[], &groups);
+        assert_eq!(trees(&one), trees(&other));
+        assert_eq!(one.len(), 4, "plain, t-b, t-c, t-e");
+        let one = resolve(&TopologyConfig::Links(links.clone()), &[], &groups);
+        let other = resolve(&TopologyConfig::Links(reversed(&links)), &[], &groups);
+        assert_eq!((&one, trees(&one)), (&other, trees(&other)));
+        let stored = |edges: Vec<(String, String)>| Segment {
+            name: "default".into(),
+            edges,
+        };
+        let edges: Vec<(String, String)> = one[0]
+            .edges()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        let flipped = edges.iter().rev().map(|(a, b)| (b.clone(), a.clone()));
+        let api = resolve(&TopologyConfig::Api, &[stored(edges.clone())], &groups);
+        let api_flipped = resolve(&TopologyConfig::Api, &[stored(flipped.collect())], &groups);
+        assert_eq!(trees(&api), trees(&api_flipped));
+        assert_eq!(trees(&api), trees(&one));
     }
 
     #[test]

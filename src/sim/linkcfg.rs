@@ -31,14 +31,10 @@ struct RawConfig {
     connection_type: Option<String>,
 }
 
-/// Parses `config_data`; the error is the parser's message, which the node
-/// reports as `Failed to parse config: {error}`.
+/// Parses `config_data` as the node does (JSON); the error is the parser's
+/// message, which the node reports as `Failed to parse config: {error}`.
 pub fn parse_config(data: &str) -> Result<LinkConfig, String> {
-    // JSON only: the YAML parser below would accept more than JSON.
-    if !data.trim_start().starts_with('{') {
-        return Err("expected value at line 1 column 1".to_string());
-    }
-    let raw: RawConfig = serde_yaml::from_str(data).map_err(|e| e.to_string())?;
+    let raw: RawConfig = serde_json::from_str(data).map_err(|e| e.to_string())?;
     let conn_type = match raw.connection_type.as_deref() {
         None | Some("edge") => sb::ConnectionType::Edge,
         Some("remote") => sb::ConnectionType::Remote,
@@ -123,7 +119,10 @@ mod tests {
     fn rejects_what_the_node_rejects() {
         assert!(parse_config("{invalid-json").is_err());
         assert!(parse_config(r#"{"link_id":"x"}"#).is_err());
-        assert!(parse_config("endpoint: h:1").is_err());
+        assert_eq!(
+            parse_config("endpoint: h:1").unwrap_err(),
+            "expected value at line 1 column 1"
+        );
         assert!(parse_config(r#"{"endpoint":"h:1","connection_type":"local"}"#).is_err());
     }
 
