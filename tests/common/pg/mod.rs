@@ -26,6 +26,10 @@ use tokio_postgres::{Client, NoTls};
 const MAX_AGE_SECS: i64 = 3600;
 
 static CLEANED: AtomicBool = AtomicBool::new(false);
+/// The advisory lock (on the maintenance database) that keeps the sweep
+/// of old databases from taking one between its creation and its
+/// comment: creators hold it shared, the sweep's listing exclusively.
+const CREATING: i64 = 0x736c_696d_6370_745f; // "slimcp_t_"
 
 /// The maintenance database's URL (the first call per process decides
 /// which server; see [`server`]).
@@ -135,11 +139,14 @@ pub async fn fresh_pg_database() -> String {
     }
     let db = format!("slimcp_t_{}", uuid::Uuid::new_v4().simple());
     let now = slim_cp::clock::unix_now();
-    // Two statements: CREATE DATABASE refuses to run inside the implicit
-    // transaction of a multi-statement batch.
+    // Separate statements: CREATE DATABASE refuses to run inside the
+    // implicit transaction of a multi-statement batch. An uncommented
+    // database counts as old (its creator died), hence the lock.
     for sql in [
+        format!("SELECT pg_advisory_lock_shared({CREATING})"),
         format!("CREATE DATABASE {db}"),
         format!("COMMENT ON DATABASE {db} IS 'slim-cp test, created {now}'"),
+        format!("SELECT pg_advisory_unlock_shared({CREATING})"),
     ] {
         admin
             .batch_execute(&sql)
@@ -183,6 +190,10 @@ fn detail(e: &tokio_postgres::Error) -> String {
 /// Best effort: a database another process is using, or already dropped,
 /// is simply left alone.
 async fn drop_old_databases(admin: &Client) {
+    let lock = format!("SELECT pg_advisory_lock({CREATING})");
+    if admin.batch_execute(&lock).await.is_err() {
+        return;
+    }
     let old = admin
         .query(
             "SELECT datname FROM pg_database \
@@ -193,6 +204,8 @@ async fn drop_old_databases(admin: &Client) {
         )
         .await
         .unwrap_or_default();
+    let unlock = format!("SELECT pg_advisory_unlock({CREATING})");
+    let _ = admin.batch_execute(&unlock).await;
     for row in old {
         let name: String = row.get(0);
         let _ = admin
