@@ -14,14 +14,14 @@
 //! one that starts the cluster also starts a watchdog (`watchdog.sh`, in
 //! a process group of its own, so that a Ctrl-C aimed at the tests does
 //! not end it first). Every second the watchdog forgets registered
-//! processes that are gone; it stops the cluster (`pg_ctl stop -m
-//! immediate`) and removes the directory, under the lock, as soon as the
-//! run's parent has exited, or once no registered process has been alive
-//! for 20 s (a test binary run straight from a shell, whose parent lives
-//! on). A later test process of the same run then starts a new cluster.
-//! Directories whose watchdog is gone, or that never became ready (a test
-//! process killed while starting a cluster), are removed by the next test
-//! process that takes the lock.
+//! processes that are gone. As soon as the run's parent has exited, or
+//! once no registered process has been alive for 20 s (a test binary run
+//! straight from a shell, whose parent lives on), it stops the cluster
+//! (`pg_ctl stop -m immediate`) and renames its directory `gone-*` under
+//! the lock, then removes it. A later test process of the same run starts
+//! a new cluster. Directories whose watchdog or server is gone, or that
+//! never became ready (a test process killed while starting a cluster),
+//! are removed by the next test process that takes the lock.
 //!
 //! `initdb` and `pg_ctl` refuse to run as root: as root, the cluster and
 //! its watchdog run as the `postgres` account (or `nobody`), and the
@@ -31,6 +31,7 @@ use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use rustix::fs::{FlockOperation, flock};
 use rustix::process::{Pid, test_kill_process};
@@ -116,17 +117,22 @@ pub fn register(dir: &Path) -> Result<(), String> {
 /// Removes run directories nobody looks after: those whose watchdog or
 /// server is gone, and those never made ready (under the lock, a
 /// directory is either ready or being started by the lock's holder).
+/// Also removes stopped clusters (`gone-*`) their watchdog did not finish
+/// removing.
 fn sweep(base: &Path, bins: &Binaries, owner: &Owner) {
     let Ok(entries) = fs::read_dir(base) else {
         return;
     };
     for entry in entries.flatten() {
         let dir = entry.path();
-        let is_run = entry.file_name().to_string_lossy().starts_with("run-");
-        if !is_run || !dir.is_dir() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !dir.is_dir() {
             continue;
         }
-        if ready_port(&dir).is_some() && looked_after(&dir) {
+        if name.starts_with("gone-") && abandoned_removal(&dir) {
+            let _ = fs::remove_dir_all(&dir);
+        }
+        if !name.starts_with("run-") || (ready_port(&dir).is_some() && looked_after(&dir)) {
             continue;
         }
         Cluster {
@@ -136,6 +142,17 @@ fn sweep(base: &Path, bins: &Binaries, owner: &Owner) {
         }
         .remove();
     }
+}
+
+/// Whether a stopped cluster's removal has stalled: its watchdog still
+/// removes it for up to half a minute on a busy disk, so give it ten.
+fn abandoned_removal(dir: &Path) -> bool {
+    let stalled = fs::metadata(dir)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age > Duration::from_secs(600));
+    stalled && !watchdog_pid(dir).is_some_and(is_alive)
 }
 
 /// Whether the cluster in `dir` and its watchdog both run.

@@ -45,6 +45,11 @@ while sleep 1 && [ -d "$dir" ]; do
   flock 9
   if ! alive "$run" || ! in_use; then
     "$pg_ctl" stop -D "$dir/data" -m immediate -w >/dev/null 2>&1
+    # Removing can take half a minute on a busy disk: out of the way
+    # under the lock, removed after it.
+    gone="${dir%/*}/gone-${dir##*/run-}"
+    mv "$dir" "$gone" && dir=$gone
+    exec 9<&-
     rm -rf "$dir"
     exit 0
   fi
