@@ -1,13 +1,18 @@
-//! A fresh, migrated Postgres database per test, on the local server CI
-//! provisions (`.ci/run`): `postgres://postgres@127.0.0.1:5432/postgres`,
-//! or the server `SLIM_CP_TEST_PG` names. An unreachable server fails the
-//! test loudly; nothing is ever skipped.
+//! A fresh, migrated Postgres database per test, on the server [`server`]
+//! picks: the one `SLIM_CP_TEST_PG` names, else the local server CI
+//! provisions (`.ci/run`), else a throwaway cluster the tests start
+//! themselves ([`throwaway`]). A missing server fails the test loudly;
+//! nothing is ever skipped.
 //!
 //! Databases are named `slimcp_t_<uuid>` and carry their creation time as
 //! a comment. A [`PgTestDb`] drops its database when the test passes and
 //! keeps it for inspection when it fails; each process also drops, once,
 //! test databases older than an hour (failed or crashed runs, and those of
 //! [`fresh_pg_store`], which has no guard).
+
+mod cluster;
+mod server;
+mod throwaway;
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -17,15 +22,19 @@ use slim_cp::store::PgStore;
 use slim_cp::store::postgres::url::redact_url;
 use tokio_postgres::{Client, NoTls};
 
-const DEFAULT_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 /// Test databases older than this are dropped.
 const MAX_AGE_SECS: i64 = 3600;
 
 static CLEANED: AtomicBool = AtomicBool::new(false);
+/// The advisory lock (on the maintenance database) that keeps the sweep
+/// of old databases from taking one between its creation and its
+/// comment: creators hold it shared, the sweep's listing exclusively.
+const CREATING: i64 = 0x736c_696d_6370_745f; // "slimcp_t_"
 
-/// The maintenance database's URL.
+/// The maintenance database's URL (the first call per process decides
+/// which server; see [`server`]).
 pub fn admin_url() -> String {
-    std::env::var("SLIM_CP_TEST_PG").unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_string())
+    server::admin_url()
 }
 
 /// The URL of database `db` on the test server: the admin URL with its
@@ -130,11 +139,14 @@ pub async fn fresh_pg_database() -> String {
     }
     let db = format!("slimcp_t_{}", uuid::Uuid::new_v4().simple());
     let now = slim_cp::clock::unix_now();
-    // Two statements: CREATE DATABASE refuses to run inside the implicit
-    // transaction of a multi-statement batch.
+    // Separate statements: CREATE DATABASE refuses to run inside the
+    // implicit transaction of a multi-statement batch. An uncommented
+    // database counts as old (its creator died), hence the lock.
     for sql in [
+        format!("SELECT pg_advisory_lock_shared({CREATING})"),
         format!("CREATE DATABASE {db}"),
         format!("COMMENT ON DATABASE {db} IS 'slim-cp test, created {now}'"),
+        format!("SELECT pg_advisory_unlock_shared({CREATING})"),
     ] {
         admin
             .batch_execute(&sql)
@@ -153,8 +165,8 @@ async fn admin_client() -> Client {
         .await
         .unwrap_or_else(|e| {
             panic!(
-                "the store tests need PostgreSQL at {} (set SLIM_CP_TEST_PG to use another; \
-             .ci/run starts a local one): {}",
+                "the Postgres tests cannot reach {} (SLIM_CP_TEST_PG names the server; \
+                 unset, the tests use 127.0.0.1:5432 or start their own): {}",
                 redact_url(&url),
                 detail(&e)
             )
@@ -163,15 +175,25 @@ async fn admin_client() -> Client {
     client
 }
 
-/// tokio-postgres displays a server error as just "db error".
+/// tokio-postgres displays a server error as just "db error", and a
+/// connection error without its cause.
 fn detail(e: &tokio_postgres::Error) -> String {
-    e.as_db_error()
-        .map_or_else(|| e.to_string(), |db| db.message().to_string())
+    if let Some(db) = e.as_db_error() {
+        return db.message().to_string();
+    }
+    match std::error::Error::source(e) {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
+    }
 }
 
 /// Best effort: a database another process is using, or already dropped,
 /// is simply left alone.
 async fn drop_old_databases(admin: &Client) {
+    let lock = format!("SELECT pg_advisory_lock({CREATING})");
+    if admin.batch_execute(&lock).await.is_err() {
+        return;
+    }
     let old = admin
         .query(
             "SELECT datname FROM pg_database \
@@ -182,6 +204,8 @@ async fn drop_old_databases(admin: &Client) {
         )
         .await
         .unwrap_or_default();
+    let unlock = format!("SELECT pg_advisory_unlock({CREATING})");
+    let _ = admin.batch_execute(&unlock).await;
     for row in old {
         let name: String = row.get(0);
         let _ = admin
