@@ -8,6 +8,7 @@ use std::hash::{Hash, Hasher};
 
 use twox_hash::XxHash64;
 
+use crate::limits;
 use crate::proto::dp;
 use crate::store::model::Name;
 
@@ -59,6 +60,8 @@ pub enum NameError {
     EmptyComponent(usize),
     #[error("name component {0} contains a control character")]
     ControlCharacter(usize),
+    #[error("name component {0} is {1} bytes long; at most {max} are accepted", max = limits::MAX_NAME_COMPONENT_BYTES)]
+    TooLong(usize, usize),
 }
 
 /// A name from the wire. The strings are required: the control plane shows
@@ -81,6 +84,13 @@ pub fn from_wire(name: &dp::Name) -> Result<Name, NameError> {
         .position(|c| c.chars().any(char::is_control))
     {
         return Err(NameError::ControlCharacter(i));
+    }
+    if let Some((i, c)) = components
+        .iter()
+        .enumerate()
+        .find(|(_, c)| c.len() > limits::MAX_NAME_COMPONENT_BYTES)
+    {
+        return Err(NameError::TooLong(i, c.len()));
     }
     let id = name
         .name
@@ -143,5 +153,10 @@ mod tests {
             s.str_component_1 = "a\0b".into();
         }
         assert_eq!(from_wire(&wire), Err(NameError::ControlCharacter(1)));
+        if let Some(s) = wire.str_name.as_mut() {
+            s.str_component_1 = "a".repeat(limits::MAX_NAME_COMPONENT_BYTES + 1);
+        }
+        let too_long = NameError::TooLong(1, limits::MAX_NAME_COMPONENT_BYTES + 1);
+        assert_eq!(from_wire(&wire), Err(too_long));
     }
 }

@@ -3,55 +3,12 @@
 
 mod common;
 
-use bytes::{Buf, BufMut};
 use common::{RawNode, mk_register, mk_replica, wait_for};
 use prost::Message;
 use slim_cp::proto::sb;
 use slim_cp::proto::sb::control_message::Payload;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
-
-/// Sends and receives raw message bytes, so a test can put anything on the
-/// wire inside valid gRPC framing.
-#[derive(Default)]
-struct RawCodec;
-
-struct RawEnc;
-struct RawDec;
-
-impl Encoder for RawEnc {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), Self::Error> {
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-
-impl Decoder for RawDec {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, Self::Error> {
-        let mut out = vec![0; src.remaining()];
-        src.copy_to_slice(&mut out);
-        Ok(Some(out))
-    }
-}
-
-impl Codec for RawCodec {
-    type Encode = Vec<u8>;
-    type Decode = Vec<u8>;
-    type Encoder = RawEnc;
-    type Decoder = RawDec;
-    fn encoder(&mut self) -> RawEnc {
-        RawEnc
-    }
-    fn decoder(&mut self) -> RawDec {
-        RawDec
-    }
-}
 
 /// Opens the control channel with raw framing; returns the sender of raw
 /// messages and the inbound stream.
@@ -63,17 +20,9 @@ async fn open_raw(
         .connect()
         .await
         .unwrap();
-    let mut grpc = tonic::client::Grpc::new(channel);
-    grpc.ready().await.unwrap();
     let (tx, rx) = mpsc::channel(16);
-    let path = tonic::codegen::http::uri::PathAndQuery::from_static(
-        "/controller.proto.v1.ControllerService/OpenControlChannel",
-    );
-    let resp = grpc
-        .streaming(tonic::Request::new(ReceiverStream::new(rx)), path, RawCodec)
-        .await
-        .unwrap();
-    (tx, resp.into_inner())
+    let inbound = slim_cp::sim::raw::open_raw(channel, rx).await.unwrap();
+    (tx, inbound)
 }
 
 fn encode(payload: Payload) -> Vec<u8> {

@@ -47,6 +47,8 @@ impl AdminService {
 
     pub fn into_server(self) -> pb::admin_server::AdminServer<Self> {
         pb::admin_server::AdminServer::new(self)
+            .max_decoding_message_size(crate::limits::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(crate::limits::MAX_MESSAGE_BYTES)
     }
 
     async fn solo_status(&self, store: &dyn Store) -> Result<pb::ClusterStatus, StoreError> {

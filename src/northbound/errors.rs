@@ -15,6 +15,10 @@ pub fn from_store(e: StoreError) -> Status {
         }
         // The replica lost leadership mid-call; another one leads now.
         StoreError::Fenced { .. } => Status::unavailable(format!("{e}; retry shortly")),
+        // Retrying the same request would fail the same way.
+        StoreError::Rejected(why) => {
+            Status::invalid_argument(format!("the store refused this request: {why}"))
+        }
     }
 }
 

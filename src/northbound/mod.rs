@@ -117,6 +117,8 @@ impl Northbound {
 
     pub fn into_server(self) -> nb::control_plane_service_server::ControlPlaneServiceServer<Self> {
         nb::control_plane_service_server::ControlPlaneServiceServer::new(self)
+            .max_decoding_message_size(crate::limits::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(crate::limits::MAX_MESSAGE_BYTES)
     }
 }
 

@@ -13,6 +13,12 @@ pub fn check_name(what: &str, value: &str) -> Result<(), Status> {
         Some("must not be empty")
     } else if value.chars().any(|c| c.is_control() || c.is_whitespace()) {
         Some("must not contain whitespace or control characters")
+    } else if value.len() > crate::limits::MAX_ID_BYTES {
+        return Err(Status::invalid_argument(format!(
+            "{what} is {} bytes long; at most {} are accepted",
+            value.len(),
+            crate::limits::MAX_ID_BYTES
+        )));
     } else if value.contains('/') {
         Some("must not contain '/'")
     } else if value == "*" || value.contains("$group") {

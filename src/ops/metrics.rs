@@ -36,6 +36,11 @@ pub struct Metrics {
     pub facts: Family<Label, Counter>,
     /// Facts waiting in sessions' outboxes.
     pub outbox: Gauge,
+    /// Bytes those facts hold (see `southbound::outbox`).
+    pub outbox_bytes: Gauge,
+    /// Entries a node sent that were dropped, by reason (`bad_name`,
+    /// `bad_link_id`, `too_many`, `store_rejected`, `outbox_full`).
+    pub dropped: Family<Label, Counter>,
     /// Reconciles by outcome.
     pub reconciles: Family<Label, Counter>,
     pub reconcile_seconds: Histogram,
@@ -50,6 +55,8 @@ impl Default for Metrics {
             refusals: Family::default(),
             facts: Family::default(),
             outbox: Gauge::default(),
+            outbox_bytes: Gauge::default(),
+            dropped: Family::default(),
             reconciles: Family::default(),
             // 1 ms to about 16 s.
             reconcile_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
@@ -61,6 +68,14 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
+    }
+
+    /// Counts `n` entries from nodes dropped for `reason`.
+    pub fn drop_entries(&self, reason: &'static str, n: usize) {
+        if n > 0 {
+            let by = self.dropped.get_or_create(&[("reason", reason)]);
+            by.inc_by(u64::try_from(n).unwrap_or(u64::MAX));
+        }
     }
 
     /// The registry to scrape: these counters and `live`'s values.
@@ -85,6 +100,16 @@ impl Metrics {
             "outbox_facts",
             "Facts waiting in sessions' outboxes",
             self.outbox.clone(),
+        );
+        r.register(
+            "outbox_bytes",
+            "Bytes held by the facts in sessions' outboxes",
+            self.outbox_bytes.clone(),
+        );
+        r.register(
+            "entries_dropped",
+            "Entries from nodes dropped instead of recorded, by reason",
+            self.dropped.clone(),
         );
         r.register(
             "reconciles",
@@ -155,6 +180,13 @@ impl Live {
             "sessions",
             "Node control sessions held by this replica",
             sessions,
+        )?;
+        let waiting = signed(r.transport.registry().waiting() as u64);
+        gauge(
+            e,
+            "requests_waiting",
+            "Requests to nodes waiting for their reply on this replica",
+            waiting,
         )?;
         let role = r.leadership.role();
         gauge(

@@ -180,6 +180,12 @@ impl Leader {
     }
 
     fn retry_later(&self, node: &str, e: &StoreError) {
+        if let StoreError::Rejected(_) = e {
+            // The store logged the statement it refused; the same look
+            // would be refused again. The next fact or resync tries anew.
+            warn!(node, error = %e, "not retried");
+            return;
+        }
         debug!(node, error = %e, "node will be looked at again");
         self.signal_after(node, RETRY_DELAY);
     }

@@ -20,6 +20,7 @@ pub mod names;
 mod network;
 mod node;
 mod process;
+pub mod raw;
 mod session;
 mod tables;
 #[cfg(test)]

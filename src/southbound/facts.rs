@@ -4,9 +4,11 @@
 //! A node never resends a fact, so a fact must not be dropped: while the
 //! store is down the writer keeps it (and those after it) and retries; the
 //! stream stays open, so a database restart loses no node. The queue is
-//! bounded: a node that sends more than it can hold has its stream closed,
-//! and replays everything when it registers again. A fact refused because
-//! the session was replaced ends the writer and the stream.
+//! bounded by count and by bytes (see [`super::outbox`]): a node that sends
+//! more than it can hold has its stream closed, and replays everything
+//! when it registers again. A fact refused because the session was
+//! replaced ends the writer and the stream; a fact the store rejects as
+//! such (retrying would not help) is dropped and counted.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -18,6 +20,7 @@ use tracing::{debug, info, warn};
 use uuid::Uuid;
 
 use super::Ctx;
+use super::outbox::SessionBytes;
 use crate::store::StoreError;
 use crate::store::model::{DepartureKind, Name, Registration};
 use crate::transport::NodeStream;
@@ -66,11 +69,15 @@ pub enum Refused {
     Stopped,
 }
 
+/// A queued fact and the outbox bytes it holds.
+type Queued = (Fact, usize);
+
 /// The sending half, held by the stream's read loop.
 pub struct FactWriter {
-    tx: mpsc::Sender<Fact>,
+    tx: mpsc::Sender<Queued>,
     /// Facts queued in every session's outbox (a metric).
     queued: Gauge,
+    bytes: Arc<SessionBytes>,
 }
 
 impl FactWriter {
@@ -78,36 +85,58 @@ impl FactWriter {
     pub fn spawn(ctx: Arc<Ctx>, stream: Arc<NodeStream>) -> FactWriter {
         let (tx, rx) = mpsc::channel(OUTBOX_CAPACITY);
         let queued = ctx.metrics.outbox.clone();
+        let bytes = Arc::new(SessionBytes::new(ctx.metrics.outbox_bytes.clone()));
         ctx.writers
-            .spawn(write_then_forget(ctx.clone(), stream, rx));
-        FactWriter { tx, queued }
+            .spawn(write_then_forget(ctx.clone(), stream, rx, bytes.clone()));
+        FactWriter { tx, queued, bytes }
     }
 
     pub fn push(&self, fact: Fact) -> Result<(), Refused> {
-        self.tx.try_send(fact).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => Refused::Full,
-            mpsc::error::TrySendError::Closed(_) => Refused::Stopped,
-        })?;
+        let n = fact.bytes();
+        if !self.bytes.take(n, matches!(fact, Fact::Ended(_))) {
+            return Err(Refused::Full);
+        }
+        if let Err(e) = self.tx.try_send((fact, n)) {
+            self.bytes.give(n);
+            return Err(match e {
+                mpsc::error::TrySendError::Full(_) => Refused::Full,
+                mpsc::error::TrySendError::Closed(_) => Refused::Stopped,
+            });
+        }
         self.queued.inc();
         Ok(())
     }
 }
 
 /// Writes the session's facts, then drops what a stopped writer leaves,
-/// keeping the queued-facts gauge true.
-async fn write_then_forget(ctx: Arc<Ctx>, stream: Arc<NodeStream>, mut rx: mpsc::Receiver<Fact>) {
-    write_all(&ctx, &stream, &mut rx).await;
+/// keeping the outbox gauges true.
+async fn write_then_forget(
+    ctx: Arc<Ctx>,
+    stream: Arc<NodeStream>,
+    mut rx: mpsc::Receiver<Queued>,
+    bytes: Arc<SessionBytes>,
+) {
+    write_all(&ctx, &stream, &mut rx, &bytes).await;
     rx.close();
-    while rx.try_recv().is_ok() {
+    while let Ok((_, n)) = rx.try_recv() {
         ctx.metrics.outbox.dec();
+        bytes.give(n);
     }
 }
 
-async fn write_all(ctx: &Arc<Ctx>, stream: &Arc<NodeStream>, rx: &mut mpsc::Receiver<Fact>) {
-    while let Some(fact) = rx.recv().await {
+async fn write_all(
+    ctx: &Arc<Ctx>,
+    stream: &Arc<NodeStream>,
+    rx: &mut mpsc::Receiver<Queued>,
+    bytes: &SessionBytes,
+) {
+    while let Some((fact, n)) = rx.recv().await {
         ctx.metrics.outbox.dec();
         let last = matches!(fact, Fact::Ended(_));
-        match record(ctx, stream, &fact).await {
+        let outcome = record(ctx, stream, &fact).await;
+        // Held until recorded: the bound is on what the store has not taken.
+        bytes.give(n);
+        match outcome {
             Ok(()) => {
                 let kind = [("kind", fact.kind())];
                 ctx.metrics.facts.get_or_create(&kind).inc();
@@ -123,9 +152,18 @@ async fn write_all(ctx: &Arc<Ctx>, stream: &Arc<NodeStream>, rx: &mut mpsc::Rece
                 );
                 return;
             }
+            Err(Some(StoreError::Rejected(why))) if !matches!(fact, Fact::Begun(_)) => {
+                // Validated at the door, so this is rare; a retry would be
+                // refused the same way, and the facts after it still count.
+                warn!(node = stream.node(), kind = fact.kind(), %why, "fact rejected by the store; dropped");
+                let reason = [("reason", "store_rejected")];
+                ctx.metrics.dropped.get_or_create(&reason).inc();
+            }
             Err(Some(e)) => {
-                // Only a replaced session stops the writer: its facts are
-                // no longer the node's. The stream goes with it.
+                // A replaced session stops the writer: its facts are no
+                // longer the node's. So does a registration the store
+                // rejects: nothing after it can be recorded. The stream
+                // goes with it.
                 info!(node = stream.node(), error = %e, "fact refused; closing the stream");
                 stream.close();
                 return;

@@ -3,6 +3,7 @@
 
 use std::net::IpAddr;
 
+use crate::limits::{self, LimitError};
 use crate::names;
 use crate::proto::sb;
 use crate::store::model::{ConnectionDetail, Name, Registration, ReportedConnection, SpireMtls};
@@ -15,6 +16,8 @@ pub enum Refusal {
     EmptyNodeId,
     #[error("{field} must not contain control characters")]
     ControlCharacters { field: &'static str },
+    #[error(transparent)]
+    Limit(#[from] LimitError),
     #[error("registration credentials rejected: {0}")]
     Unauthenticated(String),
     /// The store refused the registration for a reason no retry cures.
@@ -28,15 +31,18 @@ impl Refusal {
         match self {
             Refusal::EmptyNodeId => "empty_node_id",
             Refusal::ControlCharacters { .. } => "control_characters",
+            Refusal::Limit(LimitError::TooLong { .. }) => "too_long",
+            Refusal::Limit(LimitError::TooMany { .. }) => "too_many",
             Refusal::Unauthenticated(_) => "unauthenticated",
             Refusal::Store(_) => "store_refused",
         }
     }
 }
 
-/// A link id worth keeping: not empty, no control characters.
+/// A link id worth keeping: not empty, no control characters, no longer
+/// than any id the control plane makes.
 pub fn is_link_id(id: &str) -> bool {
-    !id.is_empty() && !id.chars().any(char::is_control)
+    !id.is_empty() && id.len() <= limits::MAX_ID_BYTES && !id.chars().any(char::is_control)
 }
 
 /// `"{group}/{node_id}"` with a group, the bare id without one.
@@ -52,32 +58,14 @@ pub fn group_of(req: &sb::RegisterNodeRequest) -> Option<&str> {
     req.group_name.as_deref().filter(|g| !g.is_empty())
 }
 
-fn check_text(field: &'static str, value: &str) -> Result<(), Refusal> {
-    if value.chars().any(char::is_control) {
-        return Err(Refusal::ControlCharacters { field });
-    }
-    Ok(())
-}
-
 /// Validates the request and builds the registration facts. `peer` is the
 /// address the stream came from, if known.
 pub fn registration(
     req: &sb::RegisterNodeRequest,
     peer: Option<IpAddr>,
 ) -> Result<Registration, Refusal> {
-    if req.node_id.trim().is_empty() {
-        return Err(Refusal::EmptyNodeId);
-    }
-    check_text("node_id", &req.node_id)?;
+    super::validate::check_registration(req)?;
     let group = group_of(req);
-    check_text("group_name", group.unwrap_or_default())?;
-    for d in &req.connection_details {
-        check_text("connection_details.endpoint", &d.endpoint)?;
-        check_text(
-            "connection_details.external_endpoint",
-            d.external_endpoint.as_deref().unwrap_or_default(),
-        )?;
-    }
     Ok(Registration {
         // Chosen here so the node can be answered even before the store
         // has recorded the session.

@@ -7,9 +7,11 @@
 pub mod auth;
 mod facts;
 pub mod handshake;
+mod outbox;
 mod register;
 mod serve;
 mod session;
+mod validate;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -26,6 +28,8 @@ use crate::proto::sb;
 use crate::store::Store;
 use crate::transport::Registry;
 use auth::Authenticator;
+pub use facts::OUTBOX_CAPACITY;
+pub use outbox::{REPLICA_OUTBOX_BYTES, SESSION_OUTBOX_BYTES};
 
 /// The node must send `RegisterNodeRequest` within this time of opening.
 pub const REGISTER_TIMEOUT: Duration = Duration::from_secs(15);
@@ -65,6 +69,8 @@ impl Southbound {
 
     pub fn into_server(self) -> sb::controller_service_server::ControllerServiceServer<Self> {
         sb::controller_service_server::ControllerServiceServer::new(self)
+            .max_decoding_message_size(crate::limits::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(crate::limits::MAX_MESSAGE_BYTES)
     }
 }
 

@@ -112,6 +112,10 @@ fn check(
 ) -> Result<Registration, Refusal> {
     let reg = handshake::registration(request, peer.map(|p| p.ip()))?;
     ctx.auth.verify(request).map_err(Refusal::Unauthenticated)?;
+    // Routes with names the store could not keep were left out.
+    let named = request.routes.iter().filter(|r| r.name.is_some()).count();
+    ctx.metrics
+        .drop_entries("bad_name", named.saturating_sub(reg.reported_routes.len()));
     Ok(reg)
 }
 

@@ -9,7 +9,9 @@ use tracing::{debug, info, warn};
 
 use super::Ctx;
 use super::facts::{Fact, FactWriter, Refused, log_refusal};
+use crate::limits::MAX_ENTRIES;
 use crate::names;
+use crate::ops::Metrics;
 use crate::proto::sb;
 use crate::proto::sb::control_message::Payload;
 use crate::store::model::{DepartureKind, Name, Registration};
@@ -52,7 +54,7 @@ pub async fn serve(
             next = inbound.message() => next,
         };
         let flow = match next {
-            Ok(Some(msg)) => on_message(&stream, &writer, msg).await,
+            Ok(Some(msg)) => on_message(&ctx.metrics, &stream, &writer, msg).await,
             Ok(None) => Flow::Gone,
             Err(status) => {
                 debug!(node = stream.node(), %status, "stream broke");
@@ -72,9 +74,14 @@ pub async fn serve(
     }
 }
 
-async fn on_message(stream: &NodeStream, writer: &FactWriter, msg: sb::ControlMessage) -> Flow {
+async fn on_message(
+    metrics: &Metrics,
+    stream: &NodeStream,
+    writer: &FactWriter,
+    msg: sb::ControlMessage,
+) -> Flow {
     match msg.payload {
-        Some(Payload::ConfigCommand(cmd)) => queue_facts(stream, writer, cmd),
+        Some(Payload::ConfigCommand(cmd)) => queue_facts(metrics, stream, writer, cmd),
         Some(Payload::DeregisterNodeRequest(_)) => deregister(stream, msg.message_id).await,
         Some(
             p @ (Payload::ConfigCommandAck(_)
@@ -99,35 +106,76 @@ async fn on_message(stream: &NodeStream, writer: &FactWriter, msg: sb::ControlMe
 }
 
 /// Names from route entries without a link id (announcements/withdrawals).
-fn announced(routes: &[sb::Route], node: &str) -> Vec<Name> {
-    routes
+/// A bad name is dropped and counted: resending it would not cure it.
+fn announced(metrics: &Metrics, routes: &[sb::Route], node: &str) -> Vec<Name> {
+    let mut bad = 0;
+    let mut first_error = None;
+    let names = routes
         .iter()
         .filter(|r| r.link_id.as_deref().is_none_or(str::is_empty))
         .filter_map(|r| match r.name.as_ref().map(names::from_wire) {
             Some(Ok(name)) => Some(name),
             Some(Err(e)) => {
-                warn!(node, error = %e, "announcement with a bad name ignored");
+                bad += 1;
+                first_error.get_or_insert(e);
                 None
             }
             None => None,
         })
-        .collect()
+        .collect();
+    if let Some(error) = first_error {
+        // One line per command, not per name: a node must not flood the log.
+        warn!(node, dropped = bad, %error, "announcements with bad names dropped");
+        metrics.drop_entries("bad_name", bad);
+    }
+    names
 }
 
-fn received(entries: &[sb::ConnectionEntry]) -> Vec<String> {
-    entries
-        .iter()
-        .filter_map(|e| e.link_id.clone())
+/// Link ids the node reports receiving; malformed ones are dropped and
+/// counted.
+fn received(metrics: &Metrics, entries: &[sb::ConnectionEntry], node: &str) -> Vec<String> {
+    let ids: Vec<String> = entries.iter().filter_map(|e| e.link_id.clone()).collect();
+    let total = ids.len();
+    let good: Vec<String> = ids
+        .into_iter()
         .filter(|l| super::handshake::is_link_id(l))
-        .collect()
+        .collect();
+    if good.len() < total {
+        warn!(
+            node,
+            dropped = total - good.len(),
+            "claims with malformed link ids dropped"
+        );
+        metrics.drop_entries("bad_link_id", total - good.len());
+    }
+    good
 }
 
 /// Queues announcements, withdrawals and link claims from a node's command.
-fn queue_facts(stream: &NodeStream, writer: &FactWriter, cmd: sb::ConfigurationCommand) -> Flow {
+/// A command with more entries than the limit is dropped whole: no
+/// well-formed node sends one, and recording part of it would be a guess.
+fn queue_facts(
+    metrics: &Metrics,
+    stream: &NodeStream,
+    writer: &FactWriter,
+    cmd: sb::ConfigurationCommand,
+) -> Flow {
     let node = stream.node();
-    let set = announced(&cmd.routes_to_set, node);
-    let withdrawn = announced(&cmd.routes_to_delete, node);
-    let claims = received(&cmd.connections_received);
+    let entries =
+        cmd.routes_to_set.len() + cmd.routes_to_delete.len() + cmd.connections_received.len();
+    if entries > MAX_ENTRIES {
+        warn!(
+            node,
+            entries,
+            max = MAX_ENTRIES,
+            "command with too many entries dropped"
+        );
+        metrics.drop_entries("too_many", entries);
+        return Flow::Continue;
+    }
+    let set = announced(metrics, &cmd.routes_to_set, node);
+    let withdrawn = announced(metrics, &cmd.routes_to_delete, node);
+    let claims = received(metrics, &cmd.connections_received, node);
     let mut facts = Vec::new();
     if !set.is_empty() || !withdrawn.is_empty() {
         facts.push(Fact::Announced { set, withdrawn });
@@ -139,7 +187,10 @@ fn queue_facts(stream: &NodeStream, writer: &FactWriter, cmd: sb::ConfigurationC
         if let Err(why) = writer.push(fact) {
             log_refusal(node, why);
             let status = match why {
-                Refused::Full => Status::resource_exhausted("too many facts pending; reconnect"),
+                Refused::Full => {
+                    metrics.drop_entries("outbox_full", 1);
+                    Status::resource_exhausted("too many facts pending; reconnect")
+                }
                 Refused::Stopped => Status::aborted("this control session was replaced"),
             };
             return Flow::Close(status);

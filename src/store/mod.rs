@@ -43,6 +43,11 @@ pub enum StoreError {
     /// The backend could not be reached or failed; the call may be retried.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The backend refused the statement itself (a value it cannot hold, a
+    /// constraint other than the contract's, an unreadable row): the same
+    /// call would fail again, so it must not be retried.
+    #[error("store refused the write: {0}")]
+    Rejected(String),
     /// A leader's write was refused because another leader has taken over
     /// since (the leadership epoch is no longer `epoch`). The writer must
     /// stop all leader work; retrying cannot succeed.

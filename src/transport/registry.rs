@@ -61,6 +61,11 @@ impl Registry {
         self.lock().values().cloned().collect()
     }
 
+    /// Requests waiting for a reply, over every stream.
+    pub fn waiting(&self) -> usize {
+        self.lock().values().map(|s| s.waiting()).sum()
+    }
+
     pub fn len(&self) -> usize {
         self.lock().len()
     }

@@ -11,6 +11,7 @@ use tonic::Status;
 use uuid::Uuid;
 
 use super::TransportError;
+use crate::limits::MAX_ENTRIES;
 use crate::proto::sb;
 use crate::proto::sb::control_message::Payload;
 
@@ -32,17 +33,60 @@ enum Phase {
     Closed,
 }
 
+/// Bytes one multi-message list reply may gather (as encoded): far above
+/// any real node's tables, far below what would hurt the replica.
+pub const MAX_LIST_REPLY_BYTES: usize = 64 << 20;
+
+type ReplyTx = oneshot::Sender<Result<Reply, TransportError>>;
+
 /// A waiter, with the list entries gathered so far for multi-message replies.
 enum Waiter {
-    Command(oneshot::Sender<Result<Reply, TransportError>>),
-    Connections(
-        Vec<sb::ConnectionEntry>,
-        oneshot::Sender<Result<Reply, TransportError>>,
-    ),
-    Routes(
-        Vec<sb::RouteEntry>,
-        oneshot::Sender<Result<Reply, TransportError>>,
-    ),
+    Command(ReplyTx),
+    Connections(Gathered<sb::ConnectionEntry>, ReplyTx),
+    Routes(Gathered<sb::RouteEntry>, ReplyTx),
+}
+
+/// The parts of a list reply received so far, bounded in entries and bytes
+/// so a node that never says `done`, or says too much, cannot grow it.
+struct Gathered<T> {
+    entries: Vec<T>,
+    bytes: usize,
+}
+
+impl<T: prost::Message> Gathered<T> {
+    fn new() -> Self {
+        Self {
+            entries: Vec::new(),
+            bytes: 0,
+        }
+    }
+
+    fn add(&mut self, part: Vec<T>) -> Result<(), String> {
+        self.bytes += part.iter().map(prost::Message::encoded_len).sum::<usize>();
+        let count = self.entries.len() + part.len();
+        if count > MAX_ENTRIES || self.bytes > MAX_LIST_REPLY_BYTES {
+            return Err(format!(
+                "the node's list reply exceeds {MAX_ENTRIES} entries or \
+                 {MAX_LIST_REPLY_BYTES} bytes; dropped"
+            ));
+        }
+        self.entries.extend(part);
+        Ok(())
+    }
+}
+
+/// What adding one part of a list reply came to.
+enum Added {
+    Kept,
+    WrongKind,
+    TooBig(String),
+}
+
+fn add_part<T: prost::Message>(acc: &mut Gathered<T>, part: Vec<T>) -> Added {
+    match acc.add(part) {
+        Ok(()) => Added::Kept,
+        Err(why) => Added::TooBig(why),
+    }
 }
 
 /// Waiters by the `message_id` of their request. `None` once closed, so a
@@ -143,8 +187,7 @@ impl NodeStream {
     ) -> Result<Reply, TransportError> {
         tokio::time::timeout(timeout, async {
             self.wait_ready().await?;
-            let rx = self.dispatch(payload).await?;
-            Self::outcome(rx).await
+            self.dispatch(payload).await?.outcome().await
         })
         .await
         .map_err(|_| TransportError::Timeout(timeout))?
@@ -163,7 +206,7 @@ impl NodeStream {
     ) -> Result<Reply, TransportError> {
         let result = tokio::time::timeout(timeout, async {
             self.wait_ready().await?;
-            let rx = {
+            let waiting = {
                 let mut highest = self.gate.lock().await;
                 if epoch < *highest {
                     let highest = *highest;
@@ -176,7 +219,7 @@ impl NodeStream {
                 tracing::debug!(node = %self.node, epoch, "command sent");
                 self.dispatch(Payload::ConfigCommand(command)).await?
             };
-            Self::outcome(rx).await
+            waiting.outcome().await
         })
         .await;
         result.map_err(|_| TransportError::Timeout(timeout))?
@@ -190,15 +233,17 @@ impl NodeStream {
         }
     }
 
-    async fn dispatch(
-        &self,
-        payload: Payload,
-    ) -> Result<oneshot::Receiver<Result<Reply, TransportError>>, TransportError> {
+    /// Requests waiting for their reply at this moment.
+    pub fn waiting(&self) -> usize {
+        self.pending().as_ref().map_or(0, HashMap::len)
+    }
+
+    async fn dispatch(&self, payload: Payload) -> Result<Waiting<'_>, TransportError> {
         let id = Uuid::new_v4().to_string();
         let (tx, rx) = oneshot::channel();
         let waiter = match payload {
-            Payload::ConnectionListRequest(_) => Waiter::Connections(Vec::new(), tx),
-            Payload::RouteListRequest(_) => Waiter::Routes(Vec::new(), tx),
+            Payload::ConnectionListRequest(_) => Waiter::Connections(Gathered::new(), tx),
+            Payload::RouteListRequest(_) => Waiter::Routes(Gathered::new(), tx),
             _ => Waiter::Command(tx),
         };
         match self.pending().as_mut() {
@@ -209,17 +254,17 @@ impl NodeStream {
             message_id: id.clone(),
             payload: Some(payload),
         };
+        // From here the waiter leaves the map however the wait ends,
+        // a timeout or a cancelled caller included.
+        let waiting = Waiting {
+            stream: self,
+            id,
+            rx,
+        };
         if !self.send(msg).await {
-            self.forget(&id);
             return Err(TransportError::SessionEnded);
         }
-        Ok(rx)
-    }
-
-    async fn outcome(
-        rx: oneshot::Receiver<Result<Reply, TransportError>>,
-    ) -> Result<Reply, TransportError> {
-        rx.await.unwrap_or(Err(TransportError::SessionEnded))
+        Ok(waiting)
     }
 
     fn forget(&self, id: &str) {
@@ -249,20 +294,14 @@ impl NodeStream {
             },
             Payload::ConnectionListResponse(r) => {
                 gather(map, r.original_message_id, r.done, |w| match w {
-                    Waiter::Connections(acc, _) => {
-                        acc.extend(r.entries);
-                        true
-                    }
-                    _ => false,
+                    Waiter::Connections(acc, _) => add_part(acc, r.entries),
+                    _ => Added::WrongKind,
                 })
             }
             Payload::RouteListResponse(r) => {
                 gather(map, r.original_message_id, r.done, |w| match w {
-                    Waiter::Routes(acc, _) => {
-                        acc.extend(r.entries);
-                        true
-                    }
-                    _ => false,
+                    Waiter::Routes(acc, _) => add_part(acc, r.entries),
+                    _ => Added::WrongKind,
                 })
             }
             _ => false,
@@ -302,23 +341,117 @@ fn gather(
     map: &mut HashMap<String, Waiter>,
     id: String,
     done: bool,
-    add: impl FnOnce(&mut Waiter) -> bool,
+    add: impl FnOnce(&mut Waiter) -> Added,
 ) -> bool {
     let Some(waiter) = map.get_mut(&id) else {
         return false;
     };
-    if !add(waiter) {
-        return map
-            .remove(&id)
-            .is_some_and(|w| fail(w, "a list reply of the wrong kind"));
-    }
-    if !done {
-        return true;
+    let why = match add(waiter) {
+        Added::Kept if !done => return true,
+        Added::Kept => None,
+        Added::WrongKind => Some("a list reply of the wrong kind".to_string()),
+        Added::TooBig(why) => Some(why),
+    };
+    if let Some(why) = why {
+        return map.remove(&id).is_some_and(|w| fail(w, &why));
     }
     match map.remove(&id) {
-        Some(Waiter::Connections(acc, tx)) => tx.send(Ok(Reply::Connections(acc))).is_ok(),
-        Some(Waiter::Routes(acc, tx)) => tx.send(Ok(Reply::Routes(acc))).is_ok(),
+        Some(Waiter::Connections(acc, tx)) => tx.send(Ok(Reply::Connections(acc.entries))).is_ok(),
+        Some(Waiter::Routes(acc, tx)) => tx.send(Ok(Reply::Routes(acc.entries))).is_ok(),
         Some(other) => fail(other, "a list reply of the wrong kind"),
         None => false,
+    }
+}
+
+/// A request on the wire, waiting for its reply; dropping it, whether the
+/// reply came or not, takes its waiter out of the stream's map.
+struct Waiting<'a> {
+    stream: &'a NodeStream,
+    id: String,
+    rx: oneshot::Receiver<Result<Reply, TransportError>>,
+}
+
+impl Waiting<'_> {
+    async fn outcome(mut self) -> Result<Reply, TransportError> {
+        (&mut self.rx)
+            .await
+            .unwrap_or(Err(TransportError::SessionEnded))
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.stream.forget(&self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ready_stream() -> (
+        Arc<NodeStream>,
+        mpsc::Receiver<Result<sb::ControlMessage, Status>>,
+    ) {
+        let (out, rx) = mpsc::channel(8);
+        let s = NodeStream::new("g/n".into(), Uuid::new_v4(), 1, out, Arc::default());
+        s.set_ready();
+        (Arc::new(s), rx)
+    }
+
+    fn routes_request() -> Payload {
+        Payload::RouteListRequest(sb::RouteListRequest {})
+    }
+
+    #[tokio::test]
+    async fn a_timed_out_request_leaves_no_waiter() {
+        let (s, mut rx) = ready_stream();
+        let wait = Duration::from_millis(20);
+        let got = s.request(routes_request(), wait).await;
+        assert_eq!(got, Err(TransportError::Timeout(wait)));
+        assert!(rx.recv().await.is_some(), "the request went out");
+        assert_eq!(s.waiting(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_request_leaves_no_waiter() {
+        let (s, mut rx) = ready_stream();
+        let caller = {
+            let s = s.clone();
+            tokio::spawn(async move { s.request(routes_request(), Duration::from_secs(60)).await })
+        };
+        assert!(rx.recv().await.is_some(), "the request went out");
+        assert_eq!(s.waiting(), 1);
+        caller.abort();
+        let _ = caller.await;
+        assert_eq!(s.waiting(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_list_reply_past_the_cap_fails_its_waiter() {
+        let (s, mut rx) = ready_stream();
+        let caller = {
+            let s = s.clone();
+            tokio::spawn(async move { s.request(routes_request(), Duration::from_secs(60)).await })
+        };
+        let id = match rx.recv().await {
+            Some(Ok(msg)) => msg.message_id,
+            other => panic!("expected the request, got {other:?}"),
+        };
+        let part = |n: usize| {
+            Payload::RouteListResponse(sb::RouteListResponse {
+                original_message_id: id.clone(),
+                entries: vec![sb::RouteEntry::default(); n],
+                done: false,
+            })
+        };
+        assert!(s.deliver(part(MAX_ENTRIES / 2)), "first part kept");
+        s.deliver(part(MAX_ENTRIES / 2 + 1));
+        match caller.await {
+            Ok(Err(TransportError::Refused(why))) => assert!(why.contains("exceeds"), "{why}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        assert_eq!(s.waiting(), 0);
+        assert!(!s.deliver(part(1)), "later parts find no waiter");
     }
 }

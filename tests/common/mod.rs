@@ -221,3 +221,20 @@ pub fn announce(names: &[&str]) -> Payload {
         ..Default::default()
     })
 }
+
+/// The last name components of `node`'s recorded announcements.
+pub async fn announced_by(
+    running: &Running,
+    node: &str,
+) -> Result<std::collections::BTreeSet<String>, String> {
+    let templates = running
+        .store
+        .list_templates()
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(templates
+        .into_iter()
+        .filter(|t| t.node == node)
+        .map(|t| t.name.components[2].clone())
+        .collect())
+}

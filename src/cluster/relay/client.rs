@@ -85,7 +85,7 @@ impl RelayClient {
     pub fn client(&self, address: &str) -> Result<Grpc<Channel>, TransportError> {
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = channels.get(address) {
-            return Ok(Grpc::new(c.clone()));
+            return Ok(sized(Grpc::new(c.clone())));
         }
         let channel = Endpoint::from_shared(format!("http://{address}"))
             .map_err(|e| TransportError::Relay(format!("relay address {address:?}: {e}")))?
@@ -95,7 +95,7 @@ impl RelayClient {
             .keep_alive_timeout(Duration::from_secs(5))
             .connect_lazy();
         channels.insert(address.to_string(), channel.clone());
-        Ok(Grpc::new(channel))
+        Ok(sized(Grpc::new(channel)))
     }
 
     /// A request stamped with the credentials and bounded by `deadline`.
@@ -159,4 +159,11 @@ impl Remote for RelayClient {
             .map_err(|s| wire::error_from(&at.node, epoch, &s))?;
         wire::reply_from(reply.into_inner())
     }
+}
+
+/// The relay carries what the listeners accept, both ways.
+fn sized(client: Grpc<Channel>) -> Grpc<Channel> {
+    client
+        .max_decoding_message_size(crate::limits::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(crate::limits::MAX_MESSAGE_BYTES)
 }

@@ -49,6 +49,8 @@ impl RelayService {
 
     pub fn into_server(self) -> pb::relay_server::RelayServer<Self> {
         pb::relay_server::RelayServer::new(self)
+            .max_decoding_message_size(crate::limits::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(crate::limits::MAX_MESSAGE_BYTES)
     }
 }
 

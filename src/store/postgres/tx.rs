@@ -220,43 +220,57 @@ fn outcome<T>(result: &Result<T, StoreError>) -> Outcome {
     }
 }
 
-/// Everything but a contract refusal becomes `Unavailable`: the store has
-/// no other word for "the database failed", and the leader's level-based
-/// derivation makes a later retry on fresh facts the right response.
+/// A contract refusal passes through; the database being away (no
+/// connection, a timeout, a rerun it kept asking for) is `Unavailable`, so
+/// callers may retry; a statement the database refused is `Rejected`,
+/// logged with its SQLSTATE, and never retried: it would fail the same way.
 fn to_store_error(op: &str, e: TxError) -> StoreError {
-    let why = match e {
-        TxError::Store(e) => return e,
+    match e {
+        TxError::Store(e) => e,
         TxError::Db(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
-            return StoreError::Conflict(describe_db_error(op, &e));
+            StoreError::Conflict(describe_db_error(op, &e))
         }
-        TxError::Db(e) => describe_db_error(op, &e),
-        TxError::Pool(e) => format!("{op}: no database connection: {e}"),
-        TxError::TimedOut => format!("{op}: no answer from the database in {ATTEMPT_TIMEOUT:?}"),
+        TxError::Db(e) if e.as_db_error().is_some_and(|db| !is_away(db.code())) => {
+            let why = describe_db_error(op, &e);
+            tracing::error!(op, error = %why, "database refused a statement");
+            StoreError::Rejected(why)
+        }
+        TxError::Db(e) => StoreError::Unavailable(describe_db_error(op, &e)),
+        TxError::Pool(e) => StoreError::Unavailable(format!("{op}: no database connection: {e}")),
+        TxError::TimedOut => StoreError::Unavailable(format!(
+            "{op}: no answer from the database in {ATTEMPT_TIMEOUT:?}"
+        )),
         TxError::Decode(m) => {
             tracing::error!(op, %m, "unreadable row");
-            format!("{op}: unreadable row: {m}")
+            StoreError::Rejected(format!("{op}: unreadable row: {m}"))
         }
-    };
-    StoreError::Unavailable(why)
+    }
 }
 
+/// Codes that say the database is away or asks for a rerun, not that it
+/// refused the statement: connection exceptions (08), insufficient
+/// resources (53: too many connections, disk or memory full), operator
+/// intervention (57: statement timeout, shutdown), rerun requests (40:
+/// serialization failure, deadlock), a lock wait given up (55P03), a
+/// standby that cannot write (25006) and I/O trouble on the server (58).
+fn is_away(code: &SqlState) -> bool {
+    let c = code.code();
+    ["08", "53", "57", "40", "58"]
+        .iter()
+        .any(|class| c.starts_with(class))
+        || *code == SqlState::READ_ONLY_SQL_TRANSACTION
+        || *code == SqlState::LOCK_NOT_AVAILABLE
+}
+
+/// The operation, the server's message, its SQLSTATE and constraint.
 fn describe_db_error(op: &str, e: &tokio_postgres::Error) -> String {
     let Some(db) = e.as_db_error() else {
         return format!("{op}: {e}");
     };
     let code = db.code().code();
-    // Connection, resource, operator-intervention (statement timeout,
-    // shutdown) and read-only-standby errors are the database being away;
-    // anything else is a statement it refused, which is a bug worth a log.
-    let transient = ["08", "53", "57", "40"].iter().any(|c| code.starts_with(c))
-        || *db.code() == SqlState::READ_ONLY_SQL_TRANSACTION;
-    let conflict = *db.code() == SqlState::UNIQUE_VIOLATION;
-    if !transient && !conflict {
-        tracing::error!(op, code, message = db.message(), constraint = ?db.constraint(), "database refused a statement");
-    }
     match db.constraint() {
-        Some(c) => format!("{op}: {} ({code}, {c})", db.message()),
-        None => format!("{op}: {} ({code})", db.message()),
+        Some(c) => format!("{op}: {} (SQLSTATE {code}, {c})", db.message()),
+        None => format!("{op}: {} (SQLSTATE {code})", db.message()),
     }
 }
 
@@ -319,6 +333,42 @@ mod tests {
             let p = pause(attempt);
             assert!(p >= base / 2 && p <= base * 3 / 2, "{attempt}: {p:?}");
         }
+    }
+
+    #[test]
+    fn only_an_away_database_is_worth_a_retry() {
+        for away in [
+            SqlState::CONNECTION_FAILURE,
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::QUERY_CANCELED,
+            SqlState::TOO_MANY_CONNECTIONS,
+            SqlState::T_R_SERIALIZATION_FAILURE,
+            SqlState::T_R_DEADLOCK_DETECTED,
+            SqlState::READ_ONLY_SQL_TRANSACTION,
+            SqlState::LOCK_NOT_AVAILABLE,
+        ] {
+            assert!(is_away(&away), "{}", away.code());
+        }
+        for refused in [
+            SqlState::PROGRAM_LIMIT_EXCEEDED,
+            SqlState::STRING_DATA_RIGHT_TRUNCATION,
+            SqlState::CHARACTER_NOT_IN_REPERTOIRE,
+            SqlState::FOREIGN_KEY_VIOLATION,
+            SqlState::CHECK_VIOLATION,
+            SqlState::UNDEFINED_TABLE,
+            SqlState::SYNTAX_ERROR,
+        ] {
+            assert!(!is_away(&refused), "{}", refused.code());
+        }
+    }
+
+    #[test]
+    fn unreadable_rows_are_rejected_not_retried() {
+        let e = to_store_error("list_nodes", TxError::Decode("bad kind".into()));
+        assert!(
+            matches!(&e, StoreError::Rejected(m) if m.contains("bad kind")),
+            "{e:?}"
+        );
     }
 
     #[test]
