@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use slim_cp::config::{
-    AdjacencyEntry, Config, ConfigError, DatabaseConfig, RegistrationAuthConfig, TopologyConfig,
+    AdjacencyEntry, Config, ConfigError, DatabaseConfig, RegistrationAuthConfig, SpireBundleSource,
+    TopologyConfig,
 };
 
 fn load(yaml: &str) -> Config {
@@ -348,7 +349,9 @@ fn shared_secrets_and_spire_load() {
     assert_eq!(
         config.topology.registration_auth,
         Some(RegistrationAuthConfig::Spire {
-            socket_path: "/run/spire/api.sock".into(),
+            bundles: SpireBundleSource::WorkloadApi {
+                socket_path: "/run/spire/api.sock".into()
+            },
             audience: "slim".into(),
         })
     );
