@@ -8,7 +8,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{RawNode, mk_register, start_replica};
+use common::{RawNode, mk_register, start_replica, stored_node_ids};
 use slim_cp::auth::spire::mint::{JwtSigner, jwks};
 use slim_cp::config::{RegistrationAuthConfig, SpireBundleSource};
 use slim_cp::proto::sb;
@@ -66,19 +66,6 @@ fn request(group: &str, node: &str, credentials: String) -> sb::RegisterNodeRequ
     }
 }
 
-async fn node_ids(cp: &Running) -> Vec<String> {
-    let mut ids: Vec<String> = cp
-        .store
-        .list_nodes()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|n| n.id)
-        .collect();
-    ids.sort();
-    ids
-}
-
 #[tokio::test]
 async fn a_valid_jwt_svid_registers_and_a_bad_one_is_refused() {
     let (trusted, impostor) = (JwtSigner::es256("k1"), JwtSigner::es256("k1"));
@@ -99,7 +86,7 @@ async fn a_valid_jwt_svid_registers_and_a_bad_one_is_refused() {
         assert!(!bad.register(request("a", node, token)).await.success);
         bad.expect_end(Code::Unauthenticated, reason).await;
     }
-    assert_eq!(node_ids(&cp).await, vec!["a/n1".to_string()]);
+    assert_eq!(stored_node_ids(&cp).await, vec!["a/n1".to_string()]);
 }
 
 #[tokio::test]
@@ -113,5 +100,5 @@ async fn a_jwt_svid_of_another_trust_domain_cannot_join_the_group() {
     assert!(!node.register(request("b", "n1", token)).await.success);
     node.expect_end(Code::Unauthenticated, "must equal the group")
         .await;
-    assert!(node_ids(&cp).await.is_empty());
+    assert!(stored_node_ids(&cp).await.is_empty());
 }

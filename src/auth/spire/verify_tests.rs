@@ -4,6 +4,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use base64::Engine;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use ring::rand::SystemRandom;
+use ring::signature::{
+    RSA_PKCS1_SHA256, RSA_PKCS1_SHA384, RSA_PKCS1_SHA512, RSA_PSS_SHA256, RSA_PSS_SHA384,
+    RSA_PSS_SHA512, RsaEncoding, RsaKeyPair,
+};
 use serde_json::json;
 
 use super::jwks::{TrustBundle, parse_jwks};
@@ -20,13 +27,22 @@ fn bundle_of(signers: &[&JwtSigner]) -> TrustBundle {
 
 /// An authenticator trusting `domains` (trust domain, its authorities).
 fn mk_auth(domains: &[(&str, &[&JwtSigner])]) -> SpireAuth {
+    mk_auth_with(
+        domains
+            .iter()
+            .map(|(td, signers)| (td.to_string(), bundle_of(signers)))
+            .collect(),
+    )
+}
+
+fn mk_auth_with(bundles: BTreeMap<String, TrustBundle>) -> SpireAuth {
     let store = Arc::new(BundleStore::new());
-    let bundles: BTreeMap<String, TrustBundle> = domains
-        .iter()
-        .map(|(td, signers)| (td.to_string(), bundle_of(signers)))
-        .collect();
     store.publish(bundles);
     SpireAuth::new(store, AUD)
+}
+
+fn b64(v: serde_json::Value) -> String {
+    URL_SAFE_NO_PAD.encode(v.to_string())
 }
 
 fn svid(signer: &JwtSigner, td: &str) -> String {
@@ -106,10 +122,7 @@ fn altered_claims_break_the_signature() {
     let auth = mk_auth(&[("a", &[&key]), ("b", &[&key])]);
     let token = svid(&key, "a");
     let mut parts: Vec<&str> = token.split('.').collect();
-    let forged = base64::Engine::encode(
-        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
-        json!({"sub": "spiffe://b/n", "aud": [AUD], "exp": NOW + 300}).to_string(),
-    );
+    let forged = b64(json!({"sub": "spiffe://b/n", "aud": [AUD], "exp": NOW + 300}));
     parts[1] = &forged;
     let err = auth.check(Some("b"), &parts.join("."), NOW).unwrap_err();
     assert!(matches!(err, Refusal::BadSignature { .. }), "{err}");
@@ -170,12 +183,6 @@ fn no_group_or_no_token_is_refused() {
 fn malformed_tokens_are_refused_as_such() {
     let key = JwtSigner::es256("k1");
     let auth = mk_auth(&[("a", &[&key])]);
-    let b64 = |v: serde_json::Value| {
-        base64::Engine::encode(
-            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
-            v.to_string(),
-        )
-    };
     let claims = b64(json!({"sub": "spiffe://a/n", "aud": [AUD], "exp": NOW + 60}));
     let cases = [
         "not a jwt".to_string(),
@@ -238,4 +245,49 @@ fn bundles_keep_only_usable_jwt_authorities() {
     assert_eq!(bundle.keys("rsa").len(), 1);
     assert!(bundle.keys("x").is_empty());
     assert!(parse_jwks(b"{\"nokeys\": []}").is_err());
+}
+
+/// ring cannot generate RSA keys, so these tokens are signed with a
+/// throwaway key kept in `testdata/` (see its README).
+#[test]
+fn rsa_tokens_verify_with_pkcs1_and_pss() {
+    let der = STANDARD
+        .decode(include_str!("testdata/rsa2048.der.b64").trim())
+        .unwrap();
+    let key = RsaKeyPair::from_der(&der).unwrap();
+    let jwk: serde_json::Value =
+        serde_json::from_str(include_str!("testdata/rsa2048.jwk.json")).unwrap();
+    let bundle = parse_jwks(json!({ "keys": [jwk] }).to_string().as_bytes()).unwrap();
+    let auth = mk_auth_with(BTreeMap::from([("a".to_string(), bundle)]));
+    let rng = SystemRandom::new();
+    let sign = |alg: &str, encoding: &'static dyn RsaEncoding| {
+        let claims = json!({"sub": "spiffe://a/n", "aud": [AUD], "exp": NOW + 60});
+        let signed = format!("{}.{}", b64(json!({"alg": alg, "kid": "rsa"})), b64(claims));
+        let mut sig = vec![0; key.public().modulus_len()];
+        key.sign(encoding, &rng, signed.as_bytes(), &mut sig)
+            .unwrap();
+        format!("{signed}.{}", URL_SAFE_NO_PAD.encode(sig))
+    };
+    let algs: [(&str, &'static dyn RsaEncoding); 6] = [
+        ("RS256", &RSA_PKCS1_SHA256),
+        ("RS384", &RSA_PKCS1_SHA384),
+        ("RS512", &RSA_PKCS1_SHA512),
+        ("PS256", &RSA_PSS_SHA256),
+        ("PS384", &RSA_PSS_SHA384),
+        ("PS512", &RSA_PSS_SHA512),
+    ];
+    for (alg, encoding) in algs {
+        let token = sign(alg, encoding);
+        assert!(auth.check(Some("a"), &token, NOW).is_ok(), "{alg}");
+    }
+    // A PKCS#1 signature relabelled PSS, or an RSA key asked for ECDSA.
+    for (alg, encoding) in [
+        ("PS256", &RSA_PKCS1_SHA256 as _),
+        ("ES256", &RSA_PKCS1_SHA256 as _),
+    ] {
+        let err = auth
+            .check(Some("a"), &sign(alg, encoding), NOW)
+            .unwrap_err();
+        assert!(matches!(err, Refusal::BadSignature { .. }), "{alg}: {err}");
+    }
 }
