@@ -10,6 +10,7 @@ use ring::signature;
 use serde::Deserialize;
 
 use super::spiffe_id::trust_domain_of;
+use crate::auth::quoted;
 
 /// The signature algorithms of JWT-SVIDs that slim-cp verifies: the
 /// SPIFFE JWT-SVID specification's list less ES512, which `ring` lacks.
@@ -228,7 +229,7 @@ pub fn parse_bundle_map<'a>(
     let mut problems = Vec::new();
     for (name, json) in bundles {
         let Some(td) = trust_domain_of(name) else {
-            problems.push(BundleError::BadTrustDomain(super::super::quoted(name)).to_string());
+            problems.push(BundleError::BadTrustDomain(quoted(name)).to_string());
             continue;
         };
         match parse_jwks(json) {
@@ -263,7 +264,7 @@ pub fn parse_bundle_file(
             let mut out = BTreeMap::new();
             for (name, jwks) in doc {
                 let td = trust_domain_of(&name)
-                    .ok_or_else(|| BundleError::BadTrustDomain(super::super::quoted(&name)))?;
+                    .ok_or_else(|| BundleError::BadTrustDomain(quoted(&name)))?;
                 let bytes = serde_json::to_vec(&jwks)
                     .map_err(|e| BundleError::NotJwks(format!("trust domain {td:?}: {e}")))?;
                 let bundle = parse_jwks(&bytes)

@@ -70,7 +70,10 @@ impl<'a> Jwt<'a> {
             return Err("not a compact JWT: more than three parts (an encrypted JWT?)");
         }
         let header = decode_json(header).ok_or("the header is not base64url-encoded JSON")?;
-        let claims = decode_json(claims).ok_or("the claims are not base64url-encoded JSON")?;
+        let claims = decode_json(claims).ok_or(
+            "the claims are not base64url-encoded JSON, or `sub`, `aud`, `exp` or `nbf` has the \
+             wrong type",
+        )?;
         let signature = URL_SAFE_NO_PAD
             .decode(signature)
             .map_err(|_| "the signature is not base64url without padding")?;

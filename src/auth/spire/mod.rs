@@ -20,7 +20,9 @@ pub mod verify;
 pub mod workload;
 
 use std::fmt;
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -94,37 +96,8 @@ impl SpireAuth {
             tokio::runtime::Handle::try_current().map_err(|_| AuthSetupError::NoRuntime)?;
         let store = Arc::new(BundleStore::new());
         let cancel = CancellationToken::new();
-        match source {
-            SpireBundleSource::WorkloadApi { socket_path } => {
-                let socket = workload::socket_file(socket_path);
-                tracing::info!(socket = %socket.display(), "SPIRE registration auth: following the Workload API");
-                runtime.spawn(workload::follow(
-                    socket,
-                    store.clone(),
-                    timing.backoff,
-                    cancel.clone(),
-                ));
-            }
-            SpireBundleSource::File { path, trust_domain } => {
-                let path = PathBuf::from(path);
-                let (bytes, bundles) =
-                    file::load(&path, trust_domain.as_deref()).map_err(|reason| {
-                        AuthSetupError::SpireBundleFile {
-                            path: path.display().to_string(),
-                            reason,
-                        }
-                    })?;
-                store.publish(bundles);
-                runtime.spawn(file::follow(
-                    path,
-                    trust_domain.clone(),
-                    store.clone(),
-                    timing.file_poll,
-                    bytes,
-                    cancel.clone(),
-                ));
-            }
-        }
+        let follower = follower(source, &store, timing, cancel.clone())?;
+        runtime.spawn(follower);
         Ok(SpireAuth {
             _follower: Some(cancel.drop_guard()),
             ..SpireAuth::new(store, audience)
@@ -151,6 +124,44 @@ impl SpireAuth {
             now,
         };
         verify::check(&expect, group, credentials)
+    }
+}
+
+/// The task that keeps `store` up to date from `source`; a bundle file is
+/// loaded into `store` before it returns.
+fn follower(
+    source: &SpireBundleSource,
+    store: &Arc<BundleStore>,
+    timing: Timing,
+    cancel: CancellationToken,
+) -> Result<Pin<Box<dyn Future<Output = ()> + Send>>, AuthSetupError> {
+    match source {
+        SpireBundleSource::WorkloadApi { socket_path } => {
+            let socket = workload::socket_file(socket_path);
+            tracing::info!(socket = %socket.display(), "SPIRE registration auth: following the Workload API");
+            let task = workload::follow(socket, store.clone(), timing.backoff, cancel);
+            Ok(Box::pin(task))
+        }
+        SpireBundleSource::File { path, trust_domain } => {
+            let path = PathBuf::from(path);
+            let (bytes, bundles) =
+                file::load(&path, trust_domain.as_deref()).map_err(|reason| {
+                    AuthSetupError::SpireBundleFile {
+                        path: path.display().to_string(),
+                        reason,
+                    }
+                })?;
+            store.publish(bundles);
+            let task = file::follow(
+                path,
+                trust_domain.clone(),
+                store.clone(),
+                timing.file_poll,
+                bytes,
+                cancel,
+            );
+            Ok(Box::pin(task))
+        }
     }
 }
 

@@ -37,8 +37,8 @@ pub enum Refusal {
     UnsupportedAlgorithm(String),
     /// No trust bundle for the token's trust domain (yet).
     #[error(
-        "no trust bundle for trust domain {0:?} (is the SPIRE agent reachable, and does it \
-         federate with that trust domain?)"
+        "no trust bundle for trust domain {0:?} (none received yet, or the bundle source \
+         does not hold that domain: is the SPIRE agent reachable, does it federate with it?)"
     )]
     UnknownTrustDomain(String),
     /// The trust domain's bundle has no key with the token's `kid`.

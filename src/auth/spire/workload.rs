@@ -15,8 +15,8 @@ use tonic::transport::{Endpoint, Uri};
 
 use super::jwks::parse_bundle_map;
 use super::store::BundleStore;
-use crate::proto::spiffe::JwtBundlesRequest;
 use crate::proto::spiffe::spiffe_workload_api_client::SpiffeWorkloadApiClient;
+use crate::proto::spiffe::{JwtBundlesRequest, JwtBundlesResponse};
 
 /// The metadata every Workload API call must carry (the agent refuses
 /// calls without it, as a guard against server-side request forgery).
@@ -111,21 +111,27 @@ async fn stream_bundles(socket: &std::path::Path, store: &BundleStore) -> Result
         let Some(message) = message else {
             return Ok(delivered);
         };
-        let previous = store.current();
-        let entries = message
-            .bundles
-            .iter()
-            .map(|(td, json)| (td.as_str(), json.as_slice()));
-        let (domains, problems) = parse_bundle_map(entries, &previous.domains);
-        for problem in problems {
-            tracing::warn!("SPIRE Workload API sent an unusable JWT bundle: {problem}");
-        }
-        let generation = store.publish(domains);
-        tracing::info!(
-            generation,
-            trust_domains = ?store.current().domains.keys().collect::<Vec<_>>(),
-            "SPIRE JWT trust bundles updated"
-        );
+        publish(store, &message);
         delivered = true;
     }
+}
+
+/// Replaces the published bundles with those of `message`.
+fn publish(store: &BundleStore, message: &JwtBundlesResponse) {
+    let previous = store.current();
+    let entries = message
+        .bundles
+        .iter()
+        .map(|(td, json)| (td.as_str(), json.as_slice()));
+    let (domains, problems) = parse_bundle_map(entries, &previous.domains);
+    for problem in problems {
+        tracing::warn!("SPIRE Workload API sent an unusable JWT bundle: {problem}");
+    }
+    let trust_domains: Vec<String> = domains.keys().cloned().collect();
+    let generation = store.publish(domains);
+    tracing::info!(
+        generation,
+        ?trust_domains,
+        "SPIRE JWT trust bundles updated"
+    );
 }
