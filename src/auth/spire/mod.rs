@@ -8,8 +8,10 @@
 //! The flow, one file per stage: [`workload`] or [`file`] follow a bundle
 //! source into the [`store`]; [`verify`] checks a token against the
 //! latest snapshot, parsing with [`jwt`], [`jwks`] and [`spiffe_id`].
-//! [`mint`] makes keys and tokens for tests and simulated nodes.
+//! [`mint`] makes keys and tokens, and [`agent`] serves bundles as a SPIRE
+//! agent does, for tests and simulated deployments.
 
+pub mod agent;
 pub mod file;
 pub mod jwks;
 pub mod jwt;

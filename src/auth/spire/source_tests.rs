@@ -1,30 +1,19 @@
-//! The bundle sources, end to end: a real Workload API server (tonic, on a
-//! unix socket in a directory the test owns) standing in for the SPIRE
-//! agent, and a bundle file the test rewrites. Tests wait on the bundle
+//! The bundle sources, end to end: a real Workload API server
+//! ([`BundleAgent`]: tonic, on a unix socket in a directory the test owns)
+//! standing in for the SPIRE agent, and a bundle file the test rewrites. Tests wait on the bundle
 //! generation, never on a sleep.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
-use tokio_util::sync::CancellationToken;
-use tonic::{Request, Response, Status};
-
+use super::agent::{BundleAgent, Bundles};
 use super::mint::{JwtSigner, jwks};
 use super::{Backoff, Refusal, SpireAuth, Timing};
 use crate::config::SpireBundleSource;
-use crate::proto::spiffe::spiffe_workload_api_server::{
-    SpiffeWorkloadApi, SpiffeWorkloadApiServer,
-};
-use crate::proto::spiffe::{JwtBundlesRequest, JwtBundlesResponse};
 
 const AUD: &str = "slim";
 /// Bounds every wait: a hang fails the test instead of stalling the run.
 const PATIENCE: Duration = Duration::from_secs(10);
-
-type Bundles = HashMap<String, Vec<u8>>;
 
 /// A directory removed with the test.
 struct TempDir(PathBuf);
@@ -42,55 +31,6 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-/// The agent's side of `FetchJWTBundles`: the current bundles, then each
-/// new set the test publishes. Like SPIRE, it refuses calls without the
-/// security header.
-struct FakeAgent {
-    bundles: watch::Receiver<Bundles>,
-}
-
-#[tonic::async_trait]
-impl SpiffeWorkloadApi for FakeAgent {
-    type FetchJWTBundlesStream = ReceiverStream<Result<JwtBundlesResponse, Status>>;
-
-    async fn fetch_jwt_bundles(
-        &self,
-        request: Request<JwtBundlesRequest>,
-    ) -> Result<Response<Self::FetchJWTBundlesStream>, Status> {
-        let header = request.metadata().get("workload.spiffe.io");
-        if header.and_then(|v| v.to_str().ok()) != Some("true") {
-            return Err(Status::invalid_argument("security header missing"));
-        }
-        let (tx, rx) = mpsc::channel(4);
-        let mut bundles = self.bundles.clone();
-        tokio::spawn(async move {
-            loop {
-                let msg = JwtBundlesResponse {
-                    bundles: bundles.borrow_and_update().clone(),
-                };
-                if tx.send(Ok(msg)).await.is_err() || bundles.changed().await.is_err() {
-                    return;
-                }
-            }
-        });
-        Ok(Response::new(ReceiverStream::new(rx)))
-    }
-}
-
-/// Serves a [`FakeAgent`] on `socket` until the token is cancelled.
-fn start_agent(socket: &Path, bundles: watch::Receiver<Bundles>) -> CancellationToken {
-    let listener = tokio::net::UnixListener::bind(socket).unwrap();
-    let stop = CancellationToken::new();
-    let server = tonic::transport::Server::builder()
-        .add_service(SpiffeWorkloadApiServer::new(FakeAgent { bundles }))
-        .serve_with_incoming_shutdown(
-            UnixListenerStream::new(listener),
-            stop.clone().cancelled_owned(),
-        );
-    tokio::spawn(server);
-    stop
 }
 
 fn fast() -> Timing {
@@ -126,11 +66,14 @@ async fn workload_api_bundles_admit_tokens_and_follow_rotation() {
     let dir = TempDir::new("rotation");
     let socket = dir.0.join("agent.sock");
     let (old, new) = (JwtSigner::es256("old"), JwtSigner::es384("new"));
-    let (publish, bundles) = watch::channel(Bundles::from([
-        ("spiffe://a".to_string(), jwks_bytes(&[&old])),
-        ("b".to_string(), jwks_bytes(&[&new])),
-    ]));
-    let _agent = start_agent(&socket, bundles).drop_guard();
+    let agent = BundleAgent::serve(
+        &socket,
+        Bundles::from([
+            ("spiffe://a".to_string(), jwks_bytes(&[&old])),
+            ("b".to_string(), jwks_bytes(&[&new])),
+        ]),
+    )
+    .unwrap();
     let source = SpireBundleSource::WorkloadApi {
         socket_path: format!("unix://{}", socket.display()),
     };
@@ -140,7 +83,7 @@ async fn workload_api_bundles_admit_tokens_and_follow_rotation() {
     assert!(auth.check(Some("b"), &svid(&new, "b"), now()).is_ok());
 
     // Rotation: the new key is published for a and the old one removed.
-    publish.send_replace(Bundles::from([("a".to_string(), jwks_bytes(&[&new]))]));
+    agent.publish(Bundles::from([("a".to_string(), jwks_bytes(&[&new]))]));
     wait_generation(&auth, 2).await;
     assert!(auth.check(Some("a"), &svid(&new, "a"), now()).is_ok());
     let err = auth.check(Some("a"), &svid(&old, "a"), now()).unwrap_err();
@@ -162,9 +105,8 @@ async fn workload_api_is_dialled_again_until_the_agent_comes_up() {
     // No agent yet: nothing is trusted.
     let err = auth.check(Some("a"), &svid(&key, "a"), now()).unwrap_err();
     assert_eq!(err, Refusal::UnknownTrustDomain("a".into()));
-    let (_publish, bundles) =
-        watch::channel(Bundles::from([("a".to_string(), jwks_bytes(&[&key]))]));
-    let _agent = start_agent(&socket, bundles).drop_guard();
+    let bundles = Bundles::from([("a".to_string(), jwks_bytes(&[&key]))]);
+    let _agent = BundleAgent::serve(&socket, bundles).unwrap();
     wait_generation(&auth, 1).await;
     assert!(auth.check(Some("a"), &svid(&key, "a"), now()).is_ok());
 }
