@@ -12,6 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/controller/v1/controller.proto",
         "proto/controlplane/v1/controlplane.proto",
         "proto/slimcp/v1/cluster.proto",
+        "proto/spiffe/workload.proto",
     ]
     .map(PathBuf::from);
     tonic_prost_build::configure().compile_with_config(prost, &protos, &includes)?;

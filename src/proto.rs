@@ -38,6 +38,12 @@ pub mod slimcp {
     }
 }
 
+/// The SPIFFE Workload API (no protobuf package, hence the `_` file), for
+/// the SPIRE registration auth's trust bundles.
+pub mod spiffe {
+    include!(concat!(env!("OUT_DIR"), "/_.rs"));
+}
+
 /// `controller.proto.v1`: the southbound stream.
 pub use controller::proto::v1 as sb;
 /// `controlplane.proto.v1`: the northbound operator API.

@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{RawNode, mk_register, start_replica};
+use common::{RawNode, mk_register, start_replica, stored_node_ids};
 use slim_cp::auth::{SharedSecretAuth, mint_token};
 use slim_cp::config::SharedSecret;
 use slim_cp::proto::nb::control_plane_service_client::ControlPlaneServiceClient;
@@ -59,15 +59,7 @@ async fn listed(cp: &Running) -> Vec<(String, i32)> {
         from_api.push((n.id, n.status));
     }
     from_api.sort();
-    let mut from_store: Vec<String> = cp
-        .store
-        .list_nodes()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|n| n.id)
-        .collect();
-    from_store.sort();
+    let from_store = stored_node_ids(cp).await;
     let api_ids: Vec<&String> = from_api.iter().map(|(id, _)| id).collect();
     assert_eq!(api_ids, from_store.iter().collect::<Vec<_>>());
     from_api

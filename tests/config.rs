@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use slim_cp::config::{
-    AdjacencyEntry, Config, ConfigError, DatabaseConfig, RegistrationAuthConfig, TopologyConfig,
+    AdjacencyEntry, Config, ConfigError, DatabaseConfig, RegistrationAuthConfig, SpireBundleSource,
+    TopologyConfig,
 };
 
 fn load(yaml: &str) -> Config {
@@ -348,13 +349,35 @@ fn shared_secrets_and_spire_load() {
     assert_eq!(
         config.topology.registration_auth,
         Some(RegistrationAuthConfig::Spire {
-            socket_path: "/run/spire/api.sock".into(),
+            bundles: SpireBundleSource::WorkloadApi {
+                socket_path: "/run/spire/api.sock".into()
+            },
             audience: "slim".into(),
         })
     );
     let err = refuse("topology:\n  registration_auth: {type: spire}\n");
     assert!(
         err.starts_with("topology.registration_auth.socket_path"),
+        "{err}"
+    );
+    let config = load(
+        "topology:\n  registration_auth:\n    type: spire\n    bundle_path: /etc/b.json\n    \
+         trust_domain: cluster-a\n    audience: cp\n",
+    );
+    assert_eq!(
+        config.topology.registration_auth,
+        Some(RegistrationAuthConfig::Spire {
+            bundles: SpireBundleSource::File {
+                path: "/etc/b.json".into(),
+                trust_domain: Some("cluster-a".into()),
+            },
+            audience: "cp".into(),
+        })
+    );
+    let err =
+        refuse("topology:\n  registration_auth: {type: spire, socket_path: /s, bundle_path: /b}\n");
+    assert!(
+        err.starts_with("topology.registration_auth.bundle_path") && err.contains("not both"),
         "{err}"
     );
 }

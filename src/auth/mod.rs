@@ -1,11 +1,12 @@
 //! Registration authentication: turns `topology.registration_auth` into the
 //! [`Authenticator`] the southbound consults before recording anything.
 //!
-//! Only shared secrets are verified. A SPIRE configuration is refused at
-//! startup: accepting it without checking JWT-SVIDs would let any node join
-//! any group while the operator believes membership is enforced.
+//! Shared secrets ([`SharedSecretAuth`]) check an HMAC token per group;
+//! SPIRE ([`spire::SpireAuth`]) checks a JWT-SVID against SPIFFE trust
+//! bundles and requires its trust domain to be the node's group.
 
 mod shared_secret;
+pub mod spire;
 
 use std::sync::Arc;
 
@@ -16,20 +17,30 @@ pub use shared_secret::{
 use crate::config::RegistrationAuthConfig;
 use crate::southbound::auth::{AcceptAll, Authenticator};
 
+/// Longest node-supplied text quoted in a refusal, so that a hostile node
+/// cannot flood the log through its group name, token id or claims.
+const MAX_QUOTED: usize = 96;
+
 /// Why the configured registration auth cannot be served.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AuthSetupError {
-    /// `type: spire` is configured; slim-cp cannot verify it yet.
-    #[error(
-        "topology.registration_auth: `type: spire` is not supported: slim-cp does not verify \
-         SPIRE JWT-SVIDs yet, and starting without the check would let any node join any \
-         group; use `type: shared_secret` with one secret per group instead"
-    )]
-    SpireUnsupported,
+    /// The SPIRE bundle file is missing or unusable at start-up.
+    #[error("topology.registration_auth.bundle_path {path:?}: {reason}")]
+    SpireBundleFile {
+        /// The configured path.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// SPIRE auth follows its bundles in background tasks, which need a
+    /// Tokio runtime (a programming error, not an operator's).
+    #[error("SPIRE registration auth must be started inside a Tokio runtime")]
+    NoRuntime,
 }
 
 /// The authenticator for `cfg`: none configured accepts every node (the
-/// reference's default), shared secrets check each node's token.
+/// reference's default), shared secrets check each node's token, SPIRE
+/// each node's JWT-SVID (started on the current Tokio runtime).
 pub fn authenticator(
     cfg: Option<&RegistrationAuthConfig>,
 ) -> Result<Arc<dyn Authenticator>, AuthSetupError> {
@@ -38,7 +49,17 @@ pub fn authenticator(
         Some(RegistrationAuthConfig::SharedSecret { secrets }) => {
             Ok(Arc::new(SharedSecretAuth::new(secrets.clone())))
         }
-        Some(RegistrationAuthConfig::Spire { .. }) => Err(AuthSetupError::SpireUnsupported),
+        Some(RegistrationAuthConfig::Spire { bundles, audience }) => Ok(Arc::new(
+            spire::SpireAuth::start(bundles, audience, spire::Timing::default())?,
+        )),
+    }
+}
+
+/// Node-supplied text, cut to a loggable length on a char boundary.
+pub(crate) fn quoted(text: &str) -> String {
+    match text.char_indices().nth(MAX_QUOTED) {
+        Some((end, _)) => format!("{}...", &text[..end]),
+        None => text.to_string(),
     }
 }
 
@@ -47,7 +68,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::config::SharedSecret;
+    use crate::config::{SharedSecret, SpireBundleSource};
     use crate::proto::sb;
 
     const SECRET: &str = "0123456789abcdef0123456789abcdef";
@@ -80,14 +101,32 @@ mod tests {
         assert!(auth.verify(&request("")).is_err());
     }
 
-    #[test]
-    fn spire_is_refused_at_startup_with_a_way_out() {
+    #[tokio::test]
+    async fn spire_with_an_unusable_bundle_file_stops_the_start() {
         let cfg = RegistrationAuthConfig::Spire {
-            socket_path: "/run/spire/agent.sock".into(),
+            bundles: SpireBundleSource::File {
+                path: "/nonexistent/slim-cp/bundle.json".into(),
+                trust_domain: Some("g".into()),
+            },
             audience: "slim".into(),
         };
         let err = authenticator(Some(&cfg)).err().unwrap().to_string();
-        assert!(err.contains("does not verify SPIRE JWT-SVIDs"), "{err}");
-        assert!(err.contains("shared_secret"), "{err}");
+        assert!(
+            err.starts_with("topology.registration_auth.bundle_path"),
+            "{err}"
+        );
+        assert!(err.contains("cannot read"), "{err}");
+    }
+
+    #[test]
+    fn spire_needs_a_runtime_for_its_follower() {
+        let cfg = RegistrationAuthConfig::Spire {
+            bundles: SpireBundleSource::WorkloadApi {
+                socket_path: "/run/spire/agent.sock".into(),
+            },
+            audience: "slim".into(),
+        };
+        let err = authenticator(Some(&cfg)).err().unwrap();
+        assert_eq!(err, AuthSetupError::NoRuntime);
     }
 }

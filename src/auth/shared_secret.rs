@@ -17,6 +17,7 @@ use rand::Rng;
 use rand::distr::Alphanumeric;
 use sha2::Sha256;
 
+use super::quoted;
 use crate::config::SharedSecret;
 use crate::proto::sb;
 use crate::southbound::auth::Authenticator;
@@ -29,10 +30,6 @@ type HmacSha256 = Hmac<Sha256>;
 pub const CLOCK_SKEW_SECS: u64 = 5;
 /// How long a token is valid after its timestamp.
 pub const TOKEN_VALIDITY_SECS: u64 = 3600;
-
-/// Longest node-supplied text quoted in a rejection, so that a hostile
-/// node cannot flood the log through its group name or token id.
-const MAX_QUOTED: usize = 96;
 
 /// Bytes in an HMAC-SHA256 tag.
 const TAG_LEN: usize = 32;
@@ -272,14 +269,6 @@ pub fn mint_token(group: &str, node: &str, secret: &str, now_unix: u64) -> Strin
 fn keyed(secret: &[u8]) -> HmacSha256 {
     // HMAC hashes long keys and pads short ones: no length is refused.
     HmacSha256::new_from_slice(secret).expect("HMAC-SHA256 accepts keys of any length")
-}
-
-/// Node-supplied text, cut to a loggable length on a char boundary.
-fn quoted(text: &str) -> String {
-    match text.char_indices().nth(MAX_QUOTED) {
-        Some((end, _)) => format!("{}...", &text[..end]),
-        None => text.to_string(),
-    }
 }
 
 #[cfg(test)]

@@ -43,7 +43,8 @@ pub use secret::SharedSecret;
 pub use server::ServerConfig;
 pub use tls::TlsServerConfig;
 pub use topology::{
-    AdjacencyEntry, RegistrationAuthConfig, SegmentConfig, TopologyConfig, TopologySettings,
+    AdjacencyEntry, RegistrationAuthConfig, SegmentConfig, SpireBundleSource, TopologyConfig,
+    TopologySettings,
 };
 
 /// Operator API listener when the section or its endpoint is absent.

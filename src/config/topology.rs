@@ -79,13 +79,34 @@ pub enum RegistrationAuthConfig {
         /// Group name to secret.
         secrets: BTreeMap<String, SharedSecret>,
     },
-    /// JWT SVIDs checked against the local SPIRE agent's trust bundles;
-    /// the SPIFFE trust domain must equal the group name.
+    /// JWT-SVIDs checked against SPIFFE trust bundles; the SPIFFE id's
+    /// trust domain must equal the group name.
     Spire {
-        /// Workload API socket of the SPIRE agent.
-        socket_path: String,
-        /// Audience the JWT SVIDs must carry (the reference's is `slim`).
+        /// Where the trust bundles come from.
+        bundles: SpireBundleSource,
+        /// Audience the JWT-SVIDs must carry (the reference's is `slim`).
         audience: String,
+    },
+}
+
+/// Where `type: spire` gets its JWT trust bundles: exactly one of
+/// `socket_path` and `bundle_path`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpireBundleSource {
+    /// The SPIFFE Workload API of the local SPIRE agent (`socket_path`),
+    /// followed as the agent streams updates.
+    WorkloadApi {
+        /// The agent's unix socket (`/path`, `unix:/path` or `unix:///path`).
+        socket_path: String,
+    },
+    /// A JSON file (`bundle_path`), reloaded when it changes: one JWKS or
+    /// SPIFFE bundle for `trust_domain`, or, without `trust_domain`, an
+    /// object mapping each trust domain to its JWKS.
+    File {
+        /// The file.
+        path: String,
+        /// The trust domain of a single-bundle file.
+        trust_domain: Option<String>,
     },
 }
 
@@ -135,16 +156,47 @@ impl RegistrationAuthConfig {
                 }
                 Ok(())
             }
-            RegistrationAuthConfig::Spire {
-                socket_path,
-                audience,
-            } => {
-                non_empty(socket_path)
-                    .map_err(|m| ConfigError::invalid(format!("{key}.socket_path"), m))?;
+            RegistrationAuthConfig::Spire { bundles, audience } => {
+                bundles.validate(key)?;
                 non_empty(audience).map_err(|m| ConfigError::invalid(format!("{key}.audience"), m))
             }
         }
     }
+}
+
+impl SpireBundleSource {
+    fn validate(&self, key: &str) -> Result<(), ConfigError> {
+        match self {
+            SpireBundleSource::WorkloadApi { socket_path } => non_empty(socket_path)
+                .map_err(|m| ConfigError::invalid(format!("{key}.socket_path"), m)),
+            SpireBundleSource::File { path, trust_domain } => {
+                non_empty(path)
+                    .map_err(|m| ConfigError::invalid(format!("{key}.bundle_path"), m))?;
+                match trust_domain {
+                    Some(td) => trust_domain_name(td)
+                        .map_err(|m| ConfigError::invalid(format!("{key}.trust_domain"), m)),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+}
+
+/// A SPIFFE trust domain name: lowercase letters, digits, `.`, `-`, `_`
+/// (the SPIFFE ID specification). The `spiffe://` form is a common slip.
+fn trust_domain_name(td: &str) -> Result<(), String> {
+    if td.starts_with("spiffe://") {
+        return Err(format!(
+            "{td:?}: write the trust domain's name without `spiffe://`"
+        ));
+    }
+    let valid = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b);
+    if td.is_empty() || !td.bytes().all(valid) {
+        return Err(format!(
+            "{td:?} is not a SPIFFE trust domain name (lowercase letters, digits, `.`, `-`, `_`)"
+        ));
+    }
+    Ok(())
 }
 
 fn check_links(links: &[AdjacencyEntry], key: &str) -> Result<(), ConfigError> {
@@ -193,7 +245,8 @@ enum AuthKind {
 }
 
 /// `registration_auth` as written. The reference reads `secrets` for
-/// `shared_secret` and `socket_path` for `spire`; `audience` is slim-cp's.
+/// `shared_secret` and `socket_path` for `spire`; `audience`,
+/// `bundle_path` and `trust_domain` are slim-cp's.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawAuth {
@@ -201,6 +254,8 @@ struct RawAuth {
     kind: AuthKind,
     secrets: Option<BTreeMap<String, SharedSecret>>,
     socket_path: Option<String>,
+    bundle_path: Option<String>,
+    trust_domain: Option<String>,
     audience: Option<String>,
 }
 
@@ -244,6 +299,8 @@ impl RawAuth {
         match self.kind {
             AuthKind::SharedSecret => {
                 ignore(self.socket_path.is_some(), "socket_path");
+                ignore(self.bundle_path.is_some(), "bundle_path");
+                ignore(self.trust_domain.is_some(), "trust_domain");
                 ignore(self.audience.is_some(), "audience");
                 Ok(RegistrationAuthConfig::SharedSecret {
                     secrets: self.secrets.unwrap_or_default(),
@@ -251,18 +308,44 @@ impl RawAuth {
             }
             AuthKind::Spire => {
                 ignore(self.secrets.is_some(), "secrets");
-                let socket_path = self.socket_path.ok_or_else(|| {
-                    ConfigError::invalid(
-                        format!("{key}.socket_path"),
-                        "missing key (required with `type: spire`)",
-                    )
-                })?;
+                let bundles = spire_source(self.socket_path, self.bundle_path, self.trust_domain)?;
                 Ok(RegistrationAuthConfig::Spire {
-                    socket_path,
+                    bundles,
                     audience: self.audience.unwrap_or_else(|| "slim".to_string()),
                 })
             }
         }
+    }
+}
+
+/// Exactly one bundle source; `trust_domain` only names a file's bundle.
+fn spire_source(
+    socket_path: Option<String>,
+    bundle_path: Option<String>,
+    trust_domain: Option<String>,
+) -> Result<SpireBundleSource, ConfigError> {
+    let key = "topology.registration_auth";
+    match (socket_path, bundle_path) {
+        (Some(socket_path), None) => {
+            if trust_domain.is_some() {
+                return Err(ConfigError::invalid(
+                    format!("{key}.trust_domain"),
+                    "only with `bundle_path`: the Workload API names each bundle's trust domain",
+                ));
+            }
+            Ok(SpireBundleSource::WorkloadApi { socket_path })
+        }
+        (None, Some(path)) => Ok(SpireBundleSource::File { path, trust_domain }),
+        (Some(_), Some(_)) => Err(ConfigError::invalid(
+            format!("{key}.bundle_path"),
+            "set either `socket_path` (the SPIRE agent's Workload API) or `bundle_path` \
+             (a trust bundle file), not both",
+        )),
+        (None, None) => Err(ConfigError::invalid(
+            format!("{key}.socket_path"),
+            "missing key (with `type: spire`, set `socket_path` to the SPIRE agent's \
+             Workload API socket, or `bundle_path` to a trust bundle file)",
+        )),
     }
 }
 
@@ -404,9 +487,71 @@ mod tests {
         assert_eq!(
             spire.registration_auth,
             Some(RegistrationAuthConfig::Spire {
-                socket_path: "/s".into(),
+                bundles: SpireBundleSource::WorkloadApi {
+                    socket_path: "/s".into()
+                },
                 audience: "cp".into()
             })
+        );
+    }
+
+    #[test]
+    fn spire_takes_exactly_one_bundle_source() {
+        let file = parse("registration_auth: {type: spire, bundle_path: /b.json, trust_domain: a}")
+            .unwrap();
+        assert_eq!(
+            file.registration_auth,
+            Some(RegistrationAuthConfig::Spire {
+                bundles: SpireBundleSource::File {
+                    path: "/b.json".into(),
+                    trust_domain: Some("a".into())
+                },
+                audience: "slim".into()
+            })
+        );
+        let map = parse("registration_auth: {type: spire, bundle_path: /b.json}").unwrap();
+        assert!(matches!(
+            map.registration_auth,
+            Some(RegistrationAuthConfig::Spire {
+                bundles: SpireBundleSource::File {
+                    trust_domain: None,
+                    ..
+                },
+                ..
+            })
+        ));
+        let refused = |yaml: &str, key: &str| {
+            let err = parse(yaml).unwrap_err();
+            assert!(err.starts_with(key), "{err}");
+            err
+        };
+        let key = "topology.registration_auth";
+        let both = refused(
+            "registration_auth: {type: spire, socket_path: /s, bundle_path: /b}",
+            &format!("{key}.bundle_path"),
+        );
+        assert!(both.contains("not both"), "{both}");
+        let neither = refused(
+            "registration_auth: {type: spire}",
+            &format!("{key}.socket_path"),
+        );
+        assert!(neither.contains("bundle_path"), "{neither}");
+        refused(
+            "registration_auth: {type: spire, socket_path: /s, trust_domain: a}",
+            &format!("{key}.trust_domain"),
+        );
+        refused(
+            "registration_auth: {type: spire, bundle_path: /b, trust_domain: A.org}",
+            &format!("{key}.trust_domain"),
+        );
+        let uri = refused(
+            "registration_auth: {type: spire, bundle_path: /b, trust_domain: 'spiffe://a'}",
+            &format!("{key}.trust_domain"),
+        );
+        assert!(uri.contains("without `spiffe://`"), "{uri}");
+        refused(
+            "registration_auth: {type: spire, bundle_path: ' '}",
+            &format!("{key}.bundle_path"),
         );
     }
 }

@@ -33,6 +33,20 @@ pub async fn start_replica(opts: Options) -> Running {
         .expect("replica starts")
 }
 
+/// The ids of the nodes the replica's store holds, sorted.
+pub async fn stored_node_ids(running: &Running) -> Vec<String> {
+    let mut ids: Vec<String> = running
+        .store
+        .list_nodes()
+        .await
+        .expect("the store lists nodes")
+        .into_iter()
+        .map(|n| n.id)
+        .collect();
+    ids.sort();
+    ids
+}
+
 pub async fn mk_replica() -> Running {
     start_replica(Options::loopback()).await
 }
