@@ -114,8 +114,8 @@ pub struct Target {
 /// The shipped configuration with every frontend bound on loopback at
 /// `binds[frontend]` and each backend's servers replaced by `targets`
 /// (traffic address and check port each). Everything else (retries,
-/// redispatch, checks, timeouts) is kept as shipped; `inter` is shortened
-/// only if `fast_checks`.
+/// redispatch, checks, timeouts) is kept as shipped but `maxconn`, and
+/// `inter`, shortened only if `fast_checks`.
 pub fn on_loopback(
     shipped: &str,
     binds: &[(&str, u16)],
@@ -140,6 +140,10 @@ pub fn on_loopback(
             continue;
         };
         match (kind.as_str(), first) {
+            // HAProxy needs two descriptors per connection and refuses to
+            // start when the process limit is lower (a test machine's may
+            // be 20,000); a test needs a handful.
+            ("global", Some("maxconn")) => out.push_str("    maxconn 1000\n"),
             ("frontend", Some("bind")) => {
                 let port = binds
                     .iter()
