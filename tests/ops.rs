@@ -17,7 +17,6 @@ use slim_cp::config::{ClusterConfig, DrainConfig, ReconcilerConfig};
 use slim_cp::server::{self, Options, Running};
 use slim_cp::sim::{Balancer, FleetOptions, SimFleet, SimNodeSpec, SimOptions};
 use slim_cp::store::PgStore;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A replica of a cluster on the database at `url`, with its HTTP endpoint.
 async fn mk_member(url: &str, id: &str, drain: DrainConfig) -> Running {
@@ -48,20 +47,9 @@ async fn mk_member(url: &str, id: &str, drain: DrainConfig) -> Running {
 
 /// `GET path` on the HTTP endpoint: the status code and the body.
 async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut conn = tokio::net::TcpStream::connect(addr)
+    common::http_get(addr, path)
         .await
-        .expect("endpoint listens");
-    let req = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
-    conn.write_all(req.as_bytes()).await.expect("request sent");
-    let mut raw = String::new();
-    conn.read_to_string(&mut raw).await.expect("response read");
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, body.to_string())
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"))
 }
 
 /// `/metrics`, parsed by a Prometheus text parser.

@@ -82,15 +82,9 @@ pub(super) struct RawDatabase {
 }
 
 impl RawDatabase {
-    pub(super) fn into_config(
-        self,
-        ignored: &mut Vec<String>,
-    ) -> Result<DatabaseConfig, ConfigError> {
-        self.into_config_with(ignored, &|name| std::env::var(name).ok())
-    }
-
-    /// As [`RawDatabase::into_config`], reading the environment through `env`.
-    fn into_config_with(
+    /// The section, with URLs and the password the file lacks read from
+    /// the environment through `env`.
+    pub(super) fn into_config_with(
         self,
         ignored: &mut Vec<String>,
         env: &dyn Fn(&str) -> Option<String>,

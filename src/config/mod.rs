@@ -97,8 +97,19 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Parses and validates a configuration document.
+    /// Parses and validates a configuration document, with the process's
+    /// environment for `${env:NAME}` and the keys it may set.
     pub fn from_yaml_str(text: &str) -> Result<Config, ConfigError> {
+        Config::from_yaml_str_with_env(text, &|name| std::env::var(name).ok())
+    }
+
+    /// As [`Config::from_yaml_str`], reading the environment through `env`:
+    /// checks of a deployment's files load them with the environment its
+    /// containers would get, without touching this process's.
+    pub fn from_yaml_str_with_env(
+        text: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
         let mut tree: yaml_serde::Value =
             yaml_serde::from_str(text).map_err(|e| ConfigError::from_syntax(&e))?;
         if tree.is_null() {
@@ -114,13 +125,13 @@ impl Config {
         }
         // Parse the text itself when nothing was expanded, so that errors
         // carry line numbers; after expansion only the tree is right.
-        let raw: RawConfig = if resolve::expand_references(&mut tree)? {
+        let raw: RawConfig = if resolve::expand_references(&mut tree, env)? {
             serde_path_to_error::deserialize(tree)
         } else {
             serde_path_to_error::deserialize(yaml_serde::Deserializer::from_str(text))
         }
         .map_err(ConfigError::from_typed)?;
-        let config = raw.into_config()?;
+        let config = raw.into_config(env)?;
         config.validate()?;
         Ok(config)
     }
@@ -200,7 +211,7 @@ struct RawConfig {
 }
 
 impl RawConfig {
-    fn into_config(self) -> Result<Config, ConfigError> {
+    fn into_config(self, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let mut ignored = Vec::new();
         let tracing = match self.tracing {
             Some(raw) => raw.into_config(&mut ignored),
@@ -219,7 +230,7 @@ impl RawConfig {
             &mut ignored,
         )?;
         let database = match self.database {
-            Some(raw) => raw.into_config(&mut ignored)?,
+            Some(raw) => raw.into_config_with(&mut ignored, env)?,
             None => DatabaseConfig::default(),
         };
         let topology = match self.topology {
@@ -232,10 +243,7 @@ impl RawConfig {
         }
         // Without a section too: Kubernetes sets the per-pod keys in the
         // environment of a shared file.
-        let cluster = self
-            .cluster
-            .unwrap_or_default()
-            .into_config(&|name| std::env::var(name).ok())?;
+        let cluster = self.cluster.unwrap_or_default().into_config(env)?;
         Ok(Config {
             tracing,
             northbound,

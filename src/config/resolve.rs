@@ -8,18 +8,23 @@ use yaml_serde::Value;
 
 use super::ConfigError;
 
-/// Expands references in place; returns whether any was found.
-pub(super) fn expand_references(value: &mut Value) -> Result<bool, ConfigError> {
-    walk(value, "")
+/// The environment as the loader reads it: the process's, or (for checks
+/// of a deployment's files) the one a container would get.
+pub(super) type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// Expands references in place, reading `${env:NAME}` through `env`;
+/// returns whether any was found.
+pub(super) fn expand_references(value: &mut Value, env: Env<'_>) -> Result<bool, ConfigError> {
+    walk(value, "", env)
 }
 
-fn walk(value: &mut Value, path: &str) -> Result<bool, ConfigError> {
+fn walk(value: &mut Value, path: &str, env: Env<'_>) -> Result<bool, ConfigError> {
     let mut expanded = false;
     match value {
-        Value::String(text) => expanded = expand(text, path)?,
+        Value::String(text) => expanded = expand(text, path, env)?,
         Value::Sequence(items) => {
             for (i, item) in items.iter_mut().enumerate() {
-                expanded |= walk(item, &format!("{path}[{i}]"))?;
+                expanded |= walk(item, &format!("{path}[{i}]"), env)?;
             }
         }
         Value::Mapping(map) => {
@@ -33,16 +38,16 @@ fn walk(value: &mut Value, path: &str) -> Result<bool, ConfigError> {
                 } else {
                     format!("{path}.{name}")
                 };
-                expanded |= walk(item, &child)?;
+                expanded |= walk(item, &child, env)?;
             }
         }
-        Value::Tagged(tagged) => expanded = walk(&mut tagged.value, path)?,
+        Value::Tagged(tagged) => expanded = walk(&mut tagged.value, path, env)?,
         Value::Null | Value::Bool(_) | Value::Number(_) => {}
     }
     Ok(expanded)
 }
 
-fn expand(text: &mut String, path: &str) -> Result<bool, ConfigError> {
+fn expand(text: &mut String, path: &str, env: Env<'_>) -> Result<bool, ConfigError> {
     let Some(reference) = text.strip_prefix("${").and_then(|r| r.strip_suffix('}')) else {
         return Ok(false);
     };
@@ -53,13 +58,11 @@ fn expand(text: &mut String, path: &str) -> Result<bool, ConfigError> {
         )));
     };
     let value = match provider {
-        "env" => std::env::var(name).map_err(|e| {
-            let why = match e {
-                std::env::VarError::NotPresent => "is not set",
-                std::env::VarError::NotUnicode(_) => "is not valid UTF-8",
-            };
-            fail(format!("environment variable {name:?} {why}"))
-        })?,
+        // A variable that is not valid UTF-8 reads as unset, as it does
+        // for the other environment overrides.
+        "env" => {
+            env(name).ok_or_else(|| fail(format!("environment variable {name:?} is not set")))?
+        }
         "file" => std::fs::read_to_string(name)
             .map_err(|e| fail(format!("cannot read file {name:?}: {e}")))?,
         other => {
@@ -78,7 +81,7 @@ mod tests {
 
     fn expand_yaml(yaml: &str) -> Result<(Value, bool), ConfigError> {
         let mut value: Value = yaml_serde::from_str(yaml).unwrap();
-        let expanded = expand_references(&mut value)?;
+        let expanded = expand_references(&mut value, &|n| std::env::var(n).ok())?;
         Ok((value, expanded))
     }
 

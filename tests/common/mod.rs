@@ -51,6 +51,30 @@ pub async fn mk_replica() -> Running {
     start_replica(Options::loopback()).await
 }
 
+/// `GET path` over plain HTTP/1.1 (the ops endpoint): the status code and
+/// the body, or why the exchange failed.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> Result<(u16, String), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    conn.write_all(req.as_bytes())
+        .await
+        .map_err(|e| format!("send: {e}"))?;
+    let mut raw = String::new();
+    conn.read_to_string(&mut raw)
+        .await
+        .map_err(|e| format!("read: {e}"))?;
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Ok((status, body.to_string()))
+}
+
 /// Polls `check` until it yields `Some`, or panics with `what` and the
 /// last state `dump` describes.
 pub async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
