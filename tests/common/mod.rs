@@ -7,6 +7,7 @@
 pub mod backend;
 pub mod cut;
 pub mod pg;
+pub mod pki;
 pub mod proxy;
 pub mod reach;
 pub mod scenario;
