@@ -6,14 +6,11 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::path::Path;
-use std::time::Duration;
 
 use common::pg::tls::{TestServer, plaintext_server, tls_server};
 use common::scenario::mk_links;
-use common::wait_for;
-use slim_cp::config::ClusterConfig;
+use common::{mk_cluster_config, wait_for};
 use slim_cp::server::{self, Options};
 use slim_cp::store::{PgStore, Store as _};
 use tokio_postgres::NoTls;
@@ -184,20 +181,10 @@ async fn a_clustered_replica_runs_entirely_over_tls() {
     let db = mk_database(&server, "localhost", &query).await;
     let store = mk_store(&server, "localhost", &db, &query).await;
     let opts = Options {
-        http: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
         topology: mk_links(&[("*", &["*"])]),
         ..Options::loopback()
     };
-    let cluster = ClusterConfig {
-        replica_id: Some("cp-tls".into()),
-        relay_endpoint: "127.0.0.1:0".into(),
-        lease: Duration::from_secs(2),
-        renew: Duration::from_millis(500),
-        heartbeat: Duration::from_millis(300),
-        replica_ttl: Duration::from_secs(3),
-        ..ClusterConfig::default()
-    };
-    let replica = server::start_clustered(opts, store, cluster)
+    let replica = server::start_clustered(opts, store, mk_cluster_config("cp-tls"))
         .await
         .expect("the replica starts");
     let sessions = wait_for("the leader's sessions", || async {

@@ -15,6 +15,7 @@ pub mod scenario;
 use std::future::Future;
 use std::time::Duration;
 
+use slim_cp::config::ClusterConfig;
 use slim_cp::proto::sb::control_message::Payload;
 use slim_cp::proto::sb::controller_service_client::ControllerServiceClient;
 use slim_cp::proto::{dp, sb};
@@ -36,6 +37,19 @@ pub async fn start_replica(opts: Options) -> Running {
 
 pub async fn mk_replica() -> Running {
     start_replica(Options::loopback()).await
+}
+
+/// A cluster member's settings with timings short enough for tests.
+pub fn mk_cluster_config(id: &str) -> ClusterConfig {
+    ClusterConfig {
+        replica_id: Some(id.into()),
+        relay_endpoint: "127.0.0.1:0".into(),
+        lease: Duration::from_secs(2),
+        renew: Duration::from_millis(500),
+        heartbeat: Duration::from_millis(300),
+        replica_ttl: Duration::from_secs(3),
+        ..ClusterConfig::default()
+    }
 }
 
 /// Polls `check` until it yields `Some`, or panics with `what` and the

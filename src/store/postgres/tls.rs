@@ -151,22 +151,29 @@ pub(super) fn connector(settings: &TlsSettings) -> Result<MakeRustls, SetupError
         Some(path) => Some(Arc::new(load_roots(path)?)),
         None => None,
     };
+    let algorithms = provider.signature_verification_algorithms;
+    let name_blind = |chain| {
+        let verifier = Arc::new(NameBlind { chain, algorithms });
+        builder
+            .clone()
+            .dangerous()
+            .with_custom_certificate_verifier(verifier)
+    };
     let config = match (settings.check(), roots) {
-        (Check::ChainAndName, Some(roots)) => builder.with_root_certificates(roots),
+        (Check::ChainAndName, Some(roots)) => builder.clone().with_root_certificates(roots),
         (Check::Chain, Some(roots)) => {
             let chain = WebPkiServerVerifier::builder_with_provider(roots, provider)
                 .build()
                 .map_err(|e| SetupError::Tls(e.to_string()))?;
-            builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(ChainOnly(chain)))
+            name_blind(Some(chain))
         }
-        // No roots: from_params refused the verifying modes without them.
-        _ => builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyCertificate(
-                provider.signature_verification_algorithms,
-            ))),
+        (Check::Nothing, _) => name_blind(None),
+        // from_params refuses these; never fall back to trusting anything.
+        (Check::Chain | Check::ChainAndName, None) => {
+            return Err(SetupError::Tls(
+                "a verifying sslmode without sslrootcert".into(),
+            ));
+        }
     }
     .with_no_client_auth();
     Ok(MakeRustls(Arc::new(config)))
@@ -186,13 +193,21 @@ fn load_roots(path: &Path) -> Result<RootCertStore, SetupError> {
     Ok(roots)
 }
 
-/// `verify-ca`: the chain must lead to a trusted root, whatever names the
-/// certificate carries. webpki checks the chain before the name, so a
-/// name error means the chain already passed.
+/// The verifier of the modes that do not check the host name. With a
+/// chain verifier (`verify-ca`, or `require` with a root certificate) the
+/// chain must lead to a trusted root, whatever names the certificate
+/// carries: webpki checks the chain before the name, so a name error means
+/// the chain already passed. Without one (`require`, `prefer`), any
+/// certificate will do: encryption against passive listeners only, as in
+/// libpq. Either way the handshake's signatures are checked, so the peer
+/// holds the key of the certificate it shows.
 #[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
+struct NameBlind {
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    algorithms: WebPkiSupportedAlgorithms,
+}
 
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for NameBlind {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -201,9 +216,11 @@ impl ServerCertVerifier for ChainOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
         let verdict =
-            self.0
-                .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now);
+            chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now);
         match verdict {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
@@ -218,7 +235,7 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
     }
 
     fn verify_tls13_signature(
@@ -227,53 +244,11 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
-}
-
-/// `require` (and `prefer`) without a root certificate: encryption
-/// against passive listeners only, as in libpq. The handshake's
-/// signatures are still checked, so the peer holds the key of the
-/// certificate it shows.
-#[derive(Debug)]
-struct AnyCertificate(WebPkiSupportedAlgorithms);
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_schemes()
+        self.algorithms.supported_schemes()
     }
 }
 
