@@ -222,3 +222,19 @@ async fn sessions_on(server: &TestServer, db: &str) -> Vec<(String, bool)> {
         .map(|row| (row.get(0), row.get(1)))
         .collect()
 }
+
+/// The migrator runs on the TLS connector rather than sqlx's driver: two
+/// at once on a fresh database still take turns under sqlx's lock, and
+/// the schema checks out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_migrators_over_tls_take_turns() {
+    let server = tls_server();
+    let db = server.fresh_database().await;
+    let url = server.url("localhost", &db, &params("verify-full", Some(&server.ca())));
+    let (first, second) = tokio::join!(PgStore::migrate(&url), PgStore::migrate(&url));
+    first.expect("the first migrator");
+    second.expect("the second migrator");
+    PgStore::check_schema(&url)
+        .await
+        .expect("the schema checks out");
+}

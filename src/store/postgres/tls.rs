@@ -33,7 +33,8 @@ use super::SetupError;
 pub enum SslMode {
     /// Plaintext only.
     Disable,
-    /// TLS when the server offers it, else plaintext (libpq's default).
+    /// TLS when the server offers it, else plaintext (libpq's default);
+    /// the certificate is checked as by `Require`.
     Prefer,
     /// TLS or nothing; the certificate is not checked unless `sslrootcert`
     /// is given (then as `verify-ca`).
@@ -45,20 +46,29 @@ pub enum SslMode {
 }
 
 impl SslMode {
-    const ALLOWED: &str = "disable, prefer, require, verify-ca, verify-full";
+    /// Every mode under its name in the connection string.
+    const NAMES: [(&str, SslMode); 5] = [
+        ("disable", SslMode::Disable),
+        ("prefer", SslMode::Prefer),
+        ("require", SslMode::Require),
+        ("verify-ca", SslMode::VerifyCa),
+        ("verify-full", SslMode::VerifyFull),
+    ];
 
     fn parse(value: &str) -> Result<SslMode, SetupError> {
-        match value {
-            "disable" => Ok(SslMode::Disable),
-            "prefer" => Ok(SslMode::Prefer),
-            "require" => Ok(SslMode::Require),
-            "verify-ca" => Ok(SslMode::VerifyCa),
-            "verify-full" => Ok(SslMode::VerifyFull),
-            other => Err(SetupError::InvalidUrl(format!(
-                "sslmode={other} is not supported; sslmode must be one of {}",
-                Self::ALLOWED
-            ))),
-        }
+        let found = Self::NAMES.iter().find(|(name, _)| *name == value);
+        found.map(|(_, mode)| *mode).ok_or_else(|| {
+            let allowed: Vec<&str> = Self::NAMES.iter().map(|(name, _)| *name).collect();
+            SetupError::InvalidUrl(format!(
+                "sslmode={value} is not supported; sslmode must be one of {}",
+                allowed.join(", ")
+            ))
+        })
+    }
+
+    fn name(self) -> &'static str {
+        let found = Self::NAMES.iter().find(|(_, mode)| *mode == self);
+        found.map_or("?", |(name, _)| *name)
     }
 
     /// What tokio-postgres itself is told: whether to ask for TLS and
@@ -107,7 +117,7 @@ impl TlsSettings {
             // is no place for its trust anchors, so say it outright.
             return Err(SetupError::InvalidUrl(format!(
                 "sslmode={} needs sslrootcert=PATH (a PEM file of the CA certificates to trust)",
-                mode_name(settings.mode)
+                settings.mode.name()
             )));
         }
         Ok(settings)
@@ -120,16 +130,6 @@ impl TlsSettings {
             (SslMode::VerifyCa, _) | (_, Some(_)) => Check::Chain,
             _ => Check::Nothing,
         }
-    }
-}
-
-fn mode_name(mode: SslMode) -> &'static str {
-    match mode {
-        SslMode::Disable => "disable",
-        SslMode::Prefer => "prefer",
-        SslMode::Require => "require",
-        SslMode::VerifyCa => "verify-ca",
-        SslMode::VerifyFull => "verify-full",
     }
 }
 
