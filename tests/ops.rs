@@ -12,8 +12,8 @@ use std::time::Duration;
 use common::cut::cuttable_database;
 use common::pg::{fresh_pg_database, pg_url_for};
 use common::scenario::{mk_links, wait_links_in};
-use common::{PATIENCE, mk_replica, wait_for};
-use slim_cp::config::{ClusterConfig, DrainConfig, ReconcilerConfig};
+use common::{PATIENCE, mk_cluster_config, mk_replica, wait_for};
+use slim_cp::config::{DrainConfig, ReconcilerConfig};
 use slim_cp::server::{self, Options, Running};
 use slim_cp::sim::{Balancer, FleetOptions, SimFleet, SimNodeSpec, SimOptions};
 use slim_cp::store::PgStore;
@@ -31,16 +31,7 @@ async fn mk_member(url: &str, id: &str, drain: DrainConfig) -> Running {
         drain,
         ..Options::loopback()
     };
-    let cluster = ClusterConfig {
-        replica_id: Some(id.into()),
-        relay_endpoint: "127.0.0.1:0".into(),
-        lease: Duration::from_secs(2),
-        renew: Duration::from_millis(500),
-        heartbeat: Duration::from_millis(300),
-        replica_ttl: Duration::from_secs(3),
-        ..ClusterConfig::default()
-    };
-    server::start_clustered(opts, store, cluster)
+    server::start_clustered(opts, store, mk_cluster_config(id))
         .await
         .expect("replica starts")
 }

@@ -8,11 +8,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use common::pki::{ca, leaf};
 use common::{RawNode, mk_register, start_replica};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
+use rcgen::ExtendedKeyUsagePurpose;
 use slim_cp::config::TlsServerConfig;
 use slim_cp::proto::nb;
 use slim_cp::proto::nb::control_plane_service_client::ControlPlaneServiceClient;
@@ -35,32 +33,6 @@ impl Drop for Pki {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn ca(name: &str) -> (String, Issuer<'static, KeyPair>) {
-    let mut params = CertificateParams::new(Vec::new()).unwrap();
-    params.distinguished_name.push(DnType::CommonName, name);
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let key = KeyPair::generate().unwrap();
-    let cert = params.self_signed(&key).unwrap();
-    (cert.pem(), Issuer::new(params, key))
-}
-
-fn leaf(
-    issuer: &Issuer<'static, KeyPair>,
-    names: &[&str],
-    usage: ExtendedKeyUsagePurpose,
-) -> (String, String) {
-    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-    let mut params = CertificateParams::new(names.clone()).unwrap();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, &names[0]);
-    params.extended_key_usages = vec![usage];
-    let key = KeyPair::generate().unwrap();
-    let cert = params.signed_by(&key, issuer).unwrap();
-    (cert.pem(), key.serialize_pem())
 }
 
 impl Pki {

@@ -22,12 +22,12 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep, sleep_until, timeout};
-use tokio_postgres::Config;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::pgconn::{PgConn, sqlstate};
 use super::{Identity, Leadership};
+use crate::store::postgres::PgConnector;
 use crate::transport::Transport;
 
 /// The lock's key: "slim", slot 2 (slot 1 was the single-replica guard of
@@ -84,7 +84,7 @@ enum Ended {
 
 /// The election loop of one replica.
 pub struct Election {
-    config: Config,
+    config: PgConnector,
     identity: Arc<Identity>,
     leadership: Arc<Leadership>,
     transport: Arc<Transport>,
@@ -94,7 +94,7 @@ pub struct Election {
 
 impl Election {
     pub fn new(
-        config: Config,
+        config: PgConnector,
         identity: Arc<Identity>,
         leadership: Arc<Leadership>,
         transport: Arc<Transport>,

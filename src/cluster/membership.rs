@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::{Instant, sleep, timeout};
-use tokio_postgres::Config;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
@@ -29,6 +28,7 @@ use super::Identity;
 use super::pgconn::PgConn;
 use crate::ops::Health;
 use crate::store::PgStore;
+use crate::store::postgres::PgConnector;
 use crate::transport::Transport;
 
 /// Key space of the replica-id locks: "slid" and the id's hash.
@@ -59,7 +59,7 @@ pub struct Timings {
 
 /// This replica's membership.
 pub struct Membership {
-    config: Config,
+    config: PgConnector,
     store: PgStore,
     identity: Arc<Identity>,
     advertise: String,
@@ -87,7 +87,7 @@ impl Membership {
         advertise: &str,
         timings: Timings,
     ) -> Result<(Membership, Arc<Identity>), MembershipError> {
-        let config = store.direct_config();
+        let config = store.direct_connector();
         let conn = claim_id(&config, id, timings.ttl).await?;
         let (me, ended) = store
             .join_replica(id, advertise)
@@ -283,7 +283,7 @@ impl Beating {
 /// A connection holding the lock on `id`. A run that just died may hold
 /// it until its backend notices: try for up to `patience`.
 async fn claim_id(
-    config: &Config,
+    config: &PgConnector,
     id: &str,
     patience: Duration,
 ) -> Result<PgConn, MembershipError> {

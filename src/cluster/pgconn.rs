@@ -3,7 +3,9 @@
 //! it closes the socket, which releases whatever the session held.
 
 use tokio::task::JoinHandle;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::Client;
+
+use crate::store::postgres::PgConnector;
 
 /// A dedicated connection: the client and the task driving its socket.
 pub struct PgConn {
@@ -12,13 +14,14 @@ pub struct PgConn {
 }
 
 impl PgConn {
-    /// Connects with `config` (keepalives, `tcp_user_timeout` and the
-    /// server-side timeouts are already in it; see `PgStore::direct_config`).
+    /// Connects with `target` (keepalives, `tcp_user_timeout`, TLS and the
+    /// server-side timeouts are already in it; see
+    /// `PgStore::direct_connector`).
     pub async fn open(
-        config: &Config,
+        target: &PgConnector,
         purpose: &'static str,
     ) -> Result<PgConn, tokio_postgres::Error> {
-        let (client, connection) = config.connect(NoTls).await?;
+        let (client, connection) = target.connect().await?;
         let driver = tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!(purpose, error = %e, "dedicated database connection ended");

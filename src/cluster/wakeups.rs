@@ -7,20 +7,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::{interval, sleep, timeout};
-use tokio_postgres::{AsyncMessage, Config, NoTls};
+use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::signals::{Inbox, Signals};
-use crate::store::postgres::{FACTS_CHANNEL, RESYNC};
+use crate::store::postgres::{FACTS_CHANNEL, PgConnector, RESYNC};
 
 /// How often the listener checks that the server still answers.
 const PING: Duration = Duration::from_secs(5);
 
 /// Listens until `cancel`, reconnecting as needed.
-pub async fn listen(config: Config, inbox: Arc<Inbox>, cancel: CancellationToken) {
+pub async fn listen(target: PgConnector, inbox: Arc<Inbox>, cancel: CancellationToken) {
     loop {
-        match listening(&config, &inbox, &cancel).await {
+        match listening(&target, &inbox, &cancel).await {
             Ok(()) => return,
             Err(why) => debug!(why, "wake-up listener lost; reconnecting"),
         }
@@ -33,11 +33,11 @@ pub async fn listen(config: Config, inbox: Arc<Inbox>, cancel: CancellationToken
 
 /// One connection's life; `Ok` only when cancelled.
 async fn listening(
-    config: &Config,
+    target: &PgConnector,
     inbox: &Arc<Inbox>,
     cancel: &CancellationToken,
 ) -> Result<(), String> {
-    let (client, mut connection) = config.connect(NoTls).await.map_err(|e| e.to_string())?;
+    let (client, mut connection) = target.connect().await.map_err(|e| e.to_string())?;
     let target = inbox.clone();
     let driver = tokio::spawn(async move {
         while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {

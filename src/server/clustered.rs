@@ -81,7 +81,7 @@ pub async fn start_clustered_on(
         renew: cluster.renew,
     };
     let (election, handle) = Election::new(
-        pg.direct_config(),
+        pg.direct_connector(),
         identity.clone(),
         leadership.clone(),
         transport.clone(),
@@ -180,7 +180,7 @@ fn duties(
     let (pg, identity) = (pg.clone(), identity.clone());
     let (ttl, every) = (cluster.replica_ttl, cluster.heartbeat);
     Arc::new(move |token: &LeaderToken, term: &CancellationToken| {
-        let listen = wakeups::listen(pg.direct_config(), inbox.clone(), term.clone());
+        let listen = wakeups::listen(pg.direct_connector(), inbox.clone(), term.clone());
         let fenced = pg.with_fence(token.epoch());
         let expire = expiry::watch(
             fenced,

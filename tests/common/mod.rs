@@ -7,6 +7,7 @@
 pub mod backend;
 pub mod cut;
 pub mod pg;
+pub mod pki;
 pub mod proxy;
 pub mod reach;
 pub mod scenario;
@@ -14,6 +15,7 @@ pub mod scenario;
 use std::future::Future;
 use std::time::Duration;
 
+use slim_cp::config::ClusterConfig;
 use slim_cp::proto::sb::control_message::Payload;
 use slim_cp::proto::sb::controller_service_client::ControllerServiceClient;
 use slim_cp::proto::{dp, sb};
@@ -73,6 +75,19 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> Result<(u16, St
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     Ok((status, body.to_string()))
+}
+
+/// A cluster member's settings with timings short enough for tests.
+pub fn mk_cluster_config(id: &str) -> ClusterConfig {
+    ClusterConfig {
+        replica_id: Some(id.into()),
+        relay_endpoint: "127.0.0.1:0".into(),
+        lease: Duration::from_secs(2),
+        renew: Duration::from_millis(500),
+        heartbeat: Duration::from_millis(300),
+        replica_ttl: Duration::from_secs(3),
+        ..ClusterConfig::default()
+    }
 }
 
 /// Polls `check` until it yields `Some`, or panics with `what` and the

@@ -26,6 +26,7 @@ mod routes;
 mod rows;
 mod store_impl;
 mod templates;
+mod tls;
 mod topology;
 mod tx;
 pub mod url;
@@ -35,7 +36,9 @@ use std::sync::Arc;
 
 pub use metrics::{OpMetrics, PgMetrics};
 pub use notify::{FACTS_CHANNEL, RESYNC};
+pub use pool::PgConnector;
 pub use replicas::{Counts, ExpiredReplica, LeadershipInfo, ReplicaInfo, age_heartbeat};
+pub use tls::RustlsStream;
 use tx::Tx;
 
 /// Why the store could not be set up (connecting, migrating, checking the
@@ -44,6 +47,8 @@ use tx::Tx;
 pub enum SetupError {
     #[error("invalid database URL: {0}")]
     InvalidUrl(String),
+    #[error("database TLS: {0}")]
+    Tls(String),
     #[error("cannot build the connection pool: {0}")]
     Pool(String),
     #[error("cannot connect to the database: {0}")]
@@ -63,6 +68,24 @@ pub enum SetupError {
     SchemaModified(i64),
 }
 
+impl SetupError {
+    /// A failed connection, with its causes: tokio-postgres says only
+    /// "error performing TLS handshake", and the reason (an unknown
+    /// issuer, a name not in the certificate) is in its source.
+    pub(crate) fn connect(e: &dyn std::error::Error) -> SetupError {
+        let mut text = e.to_string();
+        let mut source = e.source();
+        while let Some(cause) = source {
+            let more = cause.to_string();
+            if !text.contains(&more) {
+                text = format!("{text}: {more}");
+            }
+            source = cause.source();
+        }
+        SetupError::Connect(text)
+    }
+}
+
 /// The Postgres store. Clones share the pool and the metrics.
 #[derive(Clone)]
 pub struct PgStore {
@@ -71,7 +94,7 @@ pub struct PgStore {
     fence: Option<u64>,
     /// Settings for connections outside the pool (election, heartbeats,
     /// LISTEN): they must reach Postgres itself, never a transaction pooler.
-    direct: Arc<tokio_postgres::Config>,
+    direct: Arc<PgConnector>,
 }
 
 impl fmt::Debug for PgStore {
@@ -101,14 +124,11 @@ impl PgStore {
     ) -> Result<Self, SetupError> {
         let direct = Arc::new(pool::pg_config(direct_url.unwrap_or(url))?);
         let pool = pool::build_pool(pool::pg_config(url)?, pool_size)?;
-        let client = pool
-            .get()
-            .await
-            .map_err(|e| SetupError::Connect(e.to_string()))?;
+        let client = pool.get().await.map_err(|e| SetupError::connect(&e))?;
         client
             .simple_query("SELECT 1")
             .await
-            .map_err(|e| SetupError::Connect(e.to_string()))?;
+            .map_err(|e| SetupError::connect(&e))?;
         drop(client);
         Ok(Self {
             tx: Tx::new(pool),
@@ -145,9 +165,9 @@ impl PgStore {
         }
     }
 
-    /// Settings for a dedicated connection (keepalives, timeouts and the
-    /// direct URL included): for the election, heartbeats and LISTEN.
-    pub fn direct_config(&self) -> tokio_postgres::Config {
+    /// How to open a dedicated connection (keepalives, timeouts, TLS and
+    /// the direct URL included): for the election, heartbeats and LISTEN.
+    pub fn direct_connector(&self) -> PgConnector {
         (*self.direct).clone()
     }
 }

@@ -1,6 +1,8 @@
 //! Connection strings, in both forms tokio-postgres reads (a
 //! `postgres://` URL or `key=value` pairs): adding a password kept apart
-//! from the rest, and hiding passwords wherever a string is shown.
+//! from the rest, taking out the keys slim-cp reads itself (tokio-postgres
+//! refuses keys and values it does not know), and hiding passwords
+//! wherever a string is shown.
 
 /// Whether `url` is in URL form (else `key=value` form).
 pub fn is_url_form(url: &str) -> bool {
@@ -27,6 +29,106 @@ fn percent_encode(text: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+/// `url` without the parameters named in `keys`, and their values (decoded)
+/// in the order they appear. What cannot be parsed is left in place for
+/// tokio-postgres to report.
+pub fn take_params(url: &str, keys: &[&str]) -> (String, Vec<(String, String)>) {
+    if is_url_form(url) {
+        take_query_params(url, keys)
+    } else {
+        take_pair_params(url, keys)
+    }
+}
+
+fn take_query_params(url: &str, keys: &[&str]) -> (String, Vec<(String, String)>) {
+    let Some((base, query)) = url.split_once('?') else {
+        return (url.to_string(), Vec::new());
+    };
+    let mut taken = Vec::new();
+    let mut kept = Vec::new();
+    for param in query.split('&') {
+        let (key, value) = param.split_once('=').unwrap_or((param, ""));
+        match percent_decode(value) {
+            Some(value) if keys.contains(&key) => taken.push((key.to_string(), value)),
+            _ => kept.push(param),
+        }
+    }
+    if kept.is_empty() {
+        (base.to_string(), taken)
+    } else {
+        (format!("{base}?{}", kept.join("&")), taken)
+    }
+}
+
+/// `%XX` escapes decoded; `None` if malformed or not UTF-8.
+fn percent_decode(text: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(text.len());
+    let mut rest = text.as_bytes();
+    while let Some((&b, tail)) = rest.split_first() {
+        if b == b'%' {
+            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(b);
+            rest = tail;
+        }
+    }
+    String::from_utf8(bytes).ok()
+}
+
+/// The `key=value` form: values may be quoted (`'a b'`) and hold
+/// backslash escapes.
+fn take_pair_params(text: &str, keys: &[&str]) -> (String, Vec<(String, String)>) {
+    let mut taken = Vec::new();
+    let mut kept = Vec::new();
+    let mut rest = text.trim_start();
+    while !rest.is_empty() {
+        let Some((key, value, after)) = next_pair(rest) else {
+            kept.push(rest);
+            break;
+        };
+        let whole = &rest[..rest.len() - after.len()];
+        if keys.contains(&key) {
+            taken.push((key.to_string(), value));
+        } else {
+            kept.push(whole);
+        }
+        rest = after.trim_start();
+    }
+    (kept.join(" "), taken)
+}
+
+/// The first `key=value` of `text`: key, unescaped value, what follows.
+fn next_pair(text: &str) -> Option<(&str, String, &str)> {
+    let key_end = text.find(|c: char| c == '=' || c.is_whitespace())?;
+    let key = &text[..key_end];
+    let value = text[key_end..].trim_start().strip_prefix('=')?.trim_start();
+    let (raw, after) = match value.strip_prefix('\'') {
+        Some(quoted) => {
+            let end = closing_quote(quoted)?;
+            (&quoted[..end], &quoted[end + 1..])
+        }
+        None => {
+            let end = value.find(char::is_whitespace).unwrap_or(value.len());
+            (&value[..end], &value[end..])
+        }
+    };
+    Some((key, unescape(raw), after))
+}
+
+fn unescape(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.extend(chars.next()),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// The connection string with every password replaced by `***`.
@@ -112,6 +214,33 @@ mod tests {
             let parsed: tokio_postgres::Config = s.parse().unwrap();
             assert_eq!(parsed.get_password(), Some("p@ss w'rd".as_bytes()));
         }
+    }
+
+    #[test]
+    fn taken_params_leave_the_rest_intact_in_either_form() {
+        let keys = ["sslmode", "sslrootcert"];
+        let (rest, taken) = take_params(
+            "postgres://cp@db/x?sslmode=verify-full&application_name=a&sslrootcert=%2Fetc%2Fca%20x.pem",
+            &keys,
+        );
+        assert_eq!(rest, "postgres://cp@db/x?application_name=a");
+        assert_eq!(
+            taken,
+            [
+                ("sslmode".to_string(), "verify-full".to_string()),
+                ("sslrootcert".to_string(), "/etc/ca x.pem".to_string())
+            ]
+        );
+        let (rest, _) = take_params("postgres://db/x?sslmode=require", &keys);
+        assert_eq!(rest, "postgres://db/x");
+        let (rest, taken) = take_params(
+            "host=db sslrootcert = '/etc/ca \\'x\\'.pem' user=cp sslmode=verify-ca",
+            &keys,
+        );
+        assert_eq!(rest, "host=db user=cp");
+        assert_eq!(taken[0].1, "/etc/ca 'x'.pem");
+        assert_eq!(taken[1].1, "verify-ca");
+        rest.parse::<tokio_postgres::Config>().unwrap();
     }
 
     #[test]

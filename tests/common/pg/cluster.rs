@@ -13,6 +13,7 @@ use std::process::{Command, Stdio};
 use rustix::process::{Signal, kill_process};
 
 use super::throwaway::{is_alive, register, watchdog_pid};
+use crate::common::pki;
 
 const WATCHDOG: &str = include_str!("watchdog.sh");
 /// How long a cluster outlives its last test process while the run's
@@ -126,6 +127,16 @@ impl Owner {
     }
 }
 
+/// Whether a cluster serves TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavour {
+    Plaintext,
+    /// `ssl = on`, with a certificate for `localhost` (no IP address) from
+    /// a CA made for the cluster: `ca.pem` in the cluster's directory, and
+    /// `other-ca.pem` beside it, a CA that signed nothing of it.
+    Tls,
+}
+
 /// One run's cluster, in `dir`.
 pub struct Cluster<'a> {
     pub dir: &'a Path,
@@ -135,7 +146,7 @@ pub struct Cluster<'a> {
 
 impl Cluster<'_> {
     /// Creates, starts and registers with the cluster; returns its port.
-    pub fn start(&self, run: u32, lock: &Path) -> Result<u16, String> {
+    pub fn start(&self, run: u32, lock: &Path, flavour: Flavour) -> Result<u16, String> {
         for sub in [
             self.dir.to_path_buf(),
             self.path("users"),
@@ -165,6 +176,13 @@ impl Cluster<'_> {
             &[OsStr::new("-D"), data.as_os_str()],
             &initdb,
         )?;
+        let ssl = match flavour {
+            Flavour::Plaintext => "off",
+            Flavour::Tls => {
+                self.write_certificates(&data)?;
+                "on"
+            }
+        };
         let mut last = String::new();
         for _ in 0..START_ATTEMPTS {
             let port = free_port()?;
@@ -173,7 +191,7 @@ impl Cluster<'_> {
             // data dies with the run.
             let mut options = OsString::from(format!(
                 "-h 127.0.0.1 -p {port} -c max_connections=200 -F \
-                 -c full_page_writes=off -c synchronous_commit=off -k "
+                 -c full_page_writes=off -c synchronous_commit=off -c ssl={ssl} -k "
             ));
             options.push("'");
             options.push(self.path("sock"));
@@ -201,6 +219,28 @@ impl Cluster<'_> {
             }
         }
         Err(last)
+    }
+
+    /// The server's certificate and key where Postgres looks by default
+    /// (`server.crt`, `server.key` in the data directory), the key private
+    /// to the owner as the server demands; the CAs for clients beside.
+    fn write_certificates(&self, data: &Path) -> Result<(), String> {
+        let (ca, issuer) = pki::ca("slim-cp test database CA");
+        let (other_ca, _) = pki::ca("slim-cp test CA that signed nothing");
+        let usage = rcgen::ExtendedKeyUsagePurpose::ServerAuth;
+        let (cert, key) = pki::leaf(&issuer, &["localhost"], usage);
+        for (file, pem, mode) in [
+            (data.join("server.crt"), cert, 0o644),
+            (data.join("server.key"), key, 0o600),
+            (self.path("ca.pem"), ca, 0o644),
+            (self.path("other-ca.pem"), other_ca, 0o644),
+        ] {
+            fs::write(&file, pem)
+                .and_then(|()| fs::set_permissions(&file, fs::Permissions::from_mode(mode)))
+                .map_err(|e| format!("writing {}: {e}", file.display()))?;
+            self.owner.adopt(&file)?;
+        }
+        Ok(())
     }
 
     fn start_watchdog(&self, run: u32, lock: &Path) -> Result<(), String> {

@@ -13,6 +13,7 @@
 mod cluster;
 mod server;
 mod throwaway;
+pub mod tls;
 
 use std::ops::Deref;
 use std::sync::Arc;

@@ -36,10 +36,17 @@ use std::time::Duration;
 use rustix::fs::{FlockOperation, flock};
 use rustix::process::{Pid, test_kill_process};
 
-use super::cluster::{Binaries, Cluster, Owner};
+use super::cluster::{Binaries, Cluster, Flavour, Owner};
 
 /// The admin URL of this run's cluster, started if it is not running.
 pub fn shared_cluster(bins: &Binaries) -> Result<String, String> {
+    let (port, _) = shared_cluster_of(bins, Flavour::Plaintext)?;
+    Ok(format!("postgres://postgres@127.0.0.1:{port}/postgres"))
+}
+
+/// This run's cluster of `flavour`, started if it is not running: its
+/// port and directory.
+pub fn shared_cluster_of(bins: &Binaries, flavour: Flavour) -> Result<(u16, PathBuf), String> {
     let owner = Owner::get()?;
     let base = base_dir(&owner)?;
     let lock_path = base.join("lock");
@@ -52,7 +59,10 @@ pub fn shared_cluster(bins: &Binaries) -> Result<String, String> {
         .map_err(|e| format!("locking {}: {e}", lock_path.display()))?;
     sweep(&base, bins, &owner);
     let run = std::os::unix::process::parent_id();
-    let dir = base.join(format!("run-{run}"));
+    let dir = match flavour {
+        Flavour::Plaintext => base.join(format!("run-{run}")),
+        Flavour::Tls => base.join(format!("run-{run}-tls")),
+    };
     let port = match ready_port(&dir) {
         Some(port) => {
             register(&dir)?;
@@ -65,13 +75,13 @@ pub fn shared_cluster(bins: &Binaries) -> Result<String, String> {
                 owner: &owner,
             };
             cluster
-                .start(run, &lock_path)
+                .start(run, &lock_path, flavour)
                 .inspect_err(|_| cluster.remove())?
         }
     };
     // Closing the file releases the lock.
     drop(lock);
-    Ok(format!("postgres://postgres@127.0.0.1:{port}/postgres"))
+    Ok((port, dir))
 }
 
 /// `$TMPDIR/slim-cp-test-pg-<uid>`, the owner's so that its watchdogs can
