@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use yaml_serde::Value;
 
 use crate::common::pg::{fresh_pg_database, pg_url_for};
-use crate::common::{PATIENCE, RawNode, http_get, mk_register, wait_for};
+use crate::common::{PATIENCE, RawNode, announce, http_get, mk_register, wait_for};
 use slim_cp::proto::cluster as pb;
 use slim_cp::proto::cluster::relay_client::RelayClient;
 
@@ -132,6 +132,8 @@ async fn exercise(addrs: &Addrs) {
     let mut node = RawNode::open_at(addrs.southbound).await.expect("stream");
     assert!(node.register(mk_register("g1", "n1")).await.success);
     node.answer_empty_tables().await;
+    // An announcement with an empty name component: dropped and counted.
+    node.send(announce(&[""])).await;
     let mut nameless = RawNode::open_at(addrs.southbound).await.expect("stream");
     let refused = nameless.register(mk_register("g1", "")).await;
     assert!(!refused.success, "an empty node id is refused");
