@@ -15,6 +15,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/spiffe/workload.proto",
     ]
     .map(PathBuf::from);
+    // Read by hand in both wire revisions (see src/proto/details.rs).
+    prost.extern_path(
+        ".controller.proto.v1.ConnectionDetails",
+        "crate::proto::details::ConnectionDetails",
+    );
     tonic_prost_build::configure().compile_with_config(prost, &protos, &includes)?;
     println!("cargo:rerun-if-changed=proto");
     // sqlx::migrate! embeds migrations/ but only notices edits, not new files.

@@ -6,6 +6,8 @@
 
 #![allow(clippy::all, clippy::pedantic, missing_docs)]
 
+pub mod details;
+
 pub mod dataplane {
     pub mod proto {
         pub mod v1 {
@@ -18,6 +20,7 @@ pub mod controller {
     pub mod proto {
         pub mod v1 {
             tonic::include_proto!("controller.proto.v1");
+            pub use crate::proto::details::{ConnectionDetails, connection_details};
         }
     }
 }

@@ -148,8 +148,7 @@ impl Proc {
             connection_details: vec![sb::ConnectionDetails {
                 endpoint: spec.endpoint.clone(),
                 external_endpoint: spec.external_endpoint.clone(),
-                spire_mtls: None,
-                metadata: None,
+                ..Default::default()
             }],
             group_name: spec.group.clone(),
             connections,

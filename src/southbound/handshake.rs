@@ -175,6 +175,7 @@ pub fn detail_to_wire(d: &ConnectionDetail) -> sb::ConnectionDetails {
                 trust_domain: s.trust_domain.clone(),
             }),
         metadata: (!d.metadata.is_empty()).then(|| json_to_struct(&d.metadata)),
+        ..Default::default()
     }
 }
 
