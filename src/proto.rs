@@ -4,10 +4,10 @@
 //! on) because the generated code refers across packages by relative path.
 //! Use the short aliases below elsewhere in the crate.
 
-#![allow(clippy::all, clippy::pedantic, missing_docs)]
-
 pub mod details;
 
+// Generated code: lints are for the code written here.
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod dataplane {
     pub mod proto {
         pub mod v1 {
@@ -16,6 +16,8 @@ pub mod dataplane {
     }
 }
 
+// Generated code: lints are for the code written here.
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod controller {
     pub mod proto {
         pub mod v1 {
@@ -25,6 +27,8 @@ pub mod controller {
     }
 }
 
+// Generated code: lints are for the code written here.
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod controlplane {
     pub mod proto {
         pub mod v1 {
@@ -33,6 +37,8 @@ pub mod controlplane {
     }
 }
 
+// Generated code: lints are for the code written here.
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod slimcp {
     pub mod proto {
         pub mod v1 {
@@ -43,6 +49,8 @@ pub mod slimcp {
 
 /// The SPIFFE Workload API (no protobuf package, hence the `_` file), for
 /// the SPIRE registration auth's trust bundles.
+// Generated code: lints are for the code written here.
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod spiffe {
     include!(concat!(env!("OUT_DIR"), "/_.rs"));
 }

@@ -176,3 +176,23 @@ async fn postgres_rejects_what_it_cannot_hold_without_a_retry() {
         .collect();
     assert_eq!(names, ["fine"]);
 }
+
+on_both_backends! {
+    /// Scenario: a registration lists a route whose name no store keeps;
+    /// the node is still registered (the name alone is dropped and
+    /// counted), so a bad route cannot cost a node its place.
+    async fn a_registration_route_with_a_bad_name_is_dropped_and_counted() {
+        let cp = common::mk_replica().await;
+        let mut req = mk_register("edge", "n1");
+        req.routes = vec![sb::Route {
+            name: Some(long_name(MAX_NAME_COMPONENT_BYTES + 1)),
+            link_id: Some("l1".into()),
+            direction: None,
+        }];
+        let mut raw = RawNode::open(&cp).await.expect("opens");
+        assert!(raw.register(req).await.success, "registered");
+        assert_eq!(dropped(&cp, "bad_name"), 1);
+        let rec = cp.store.get_node("edge/n1").await.expect("reads").expect("known");
+        assert!(rec.reported_routes.is_empty(), "{:?}", rec.reported_routes);
+    }
+}

@@ -118,19 +118,19 @@ fn payload(op: &Op) -> Option<Payload> {
 fn model(ops: &[Op]) -> BTreeSet<String> {
     let mut held = BTreeSet::new();
     for op in ops {
-        match op {
-            Op::Announce(s) | Op::Withdraw(s) => {
-                for spec in s {
-                    if let Spec::Good(i) = spec {
-                        let name = format!("good{i}");
-                        match op {
-                            Op::Announce(_) => held.insert(name),
-                            _ => held.remove(&name),
-                        };
-                    }
-                }
+        let (specs, announce) = match op {
+            Op::Announce(s) => (s, true),
+            Op::Withdraw(s) => (s, false),
+            _ => continue,
+        };
+        for spec in specs {
+            let Spec::Good(i) = spec else { continue };
+            let name = format!("good{i}");
+            if announce {
+                held.insert(name);
+            } else {
+                held.remove(&name);
             }
-            _ => {}
         }
     }
     held

@@ -134,19 +134,17 @@ fn announced(metrics: &Metrics, routes: &[sb::Route], node: &str) -> Vec<Name> {
 /// Link ids the node reports receiving; malformed ones are dropped and
 /// counted.
 fn received(metrics: &Metrics, entries: &[sb::ConnectionEntry], node: &str) -> Vec<String> {
-    let ids: Vec<String> = entries.iter().filter_map(|e| e.link_id.clone()).collect();
-    let total = ids.len();
-    let good: Vec<String> = ids
-        .into_iter()
-        .filter(|l| super::handshake::is_link_id(l))
-        .collect();
-    if good.len() < total {
+    let (good, bad): (Vec<String>, Vec<String>) = entries
+        .iter()
+        .filter_map(|e| e.link_id.clone())
+        .partition(|l| super::handshake::is_link_id(l));
+    if !bad.is_empty() {
         warn!(
             node,
-            dropped = total - good.len(),
+            dropped = bad.len(),
             "claims with malformed link ids dropped"
         );
-        metrics.drop_entries("bad_link_id", total - good.len());
+        metrics.drop_entries("bad_link_id", bad.len());
     }
     good
 }

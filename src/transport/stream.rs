@@ -37,6 +37,8 @@ enum Phase {
 /// any real node's tables, far below what would hurt the replica.
 pub const MAX_LIST_REPLY_BYTES: usize = 64 << 20;
 
+const TOO_BIG: &str = "the node's list reply exceeds the entry or byte cap; dropped";
+
 type ReplyTx = oneshot::Sender<Result<Reply, TransportError>>;
 
 /// A waiter, with the list entries gathered so far for multi-message replies.
@@ -48,30 +50,21 @@ enum Waiter {
 
 /// The parts of a list reply received so far, bounded in entries and bytes
 /// so a node that never says `done`, or says too much, cannot grow it.
+#[derive(Default)]
 struct Gathered<T> {
     entries: Vec<T>,
     bytes: usize,
 }
 
 impl<T: prost::Message> Gathered<T> {
-    fn new() -> Self {
-        Self {
-            entries: Vec::new(),
-            bytes: 0,
-        }
-    }
-
-    fn add(&mut self, part: Vec<T>) -> Result<(), String> {
+    fn add(&mut self, part: Vec<T>) -> Added {
         self.bytes += part.iter().map(prost::Message::encoded_len).sum::<usize>();
         let count = self.entries.len() + part.len();
         if count > MAX_ENTRIES || self.bytes > MAX_LIST_REPLY_BYTES {
-            return Err(format!(
-                "the node's list reply exceeds {MAX_ENTRIES} entries or \
-                 {MAX_LIST_REPLY_BYTES} bytes; dropped"
-            ));
+            return Added::TooBig;
         }
         self.entries.extend(part);
-        Ok(())
+        Added::Kept
     }
 }
 
@@ -79,14 +72,7 @@ impl<T: prost::Message> Gathered<T> {
 enum Added {
     Kept,
     WrongKind,
-    TooBig(String),
-}
-
-fn add_part<T: prost::Message>(acc: &mut Gathered<T>, part: Vec<T>) -> Added {
-    match acc.add(part) {
-        Ok(()) => Added::Kept,
-        Err(why) => Added::TooBig(why),
-    }
+    TooBig,
 }
 
 /// Waiters by the `message_id` of their request. `None` once closed, so a
@@ -242,8 +228,8 @@ impl NodeStream {
         let id = Uuid::new_v4().to_string();
         let (tx, rx) = oneshot::channel();
         let waiter = match payload {
-            Payload::ConnectionListRequest(_) => Waiter::Connections(Gathered::new(), tx),
-            Payload::RouteListRequest(_) => Waiter::Routes(Gathered::new(), tx),
+            Payload::ConnectionListRequest(_) => Waiter::Connections(Gathered::default(), tx),
+            Payload::RouteListRequest(_) => Waiter::Routes(Gathered::default(), tx),
             _ => Waiter::Command(tx),
         };
         match self.pending().as_mut() {
@@ -294,13 +280,13 @@ impl NodeStream {
             },
             Payload::ConnectionListResponse(r) => {
                 gather(map, r.original_message_id, r.done, |w| match w {
-                    Waiter::Connections(acc, _) => add_part(acc, r.entries),
+                    Waiter::Connections(acc, _) => acc.add(r.entries),
                     _ => Added::WrongKind,
                 })
             }
             Payload::RouteListResponse(r) => {
                 gather(map, r.original_message_id, r.done, |w| match w {
-                    Waiter::Routes(acc, _) => add_part(acc, r.entries),
+                    Waiter::Routes(acc, _) => acc.add(r.entries),
                     _ => Added::WrongKind,
                 })
             }
@@ -349,11 +335,11 @@ fn gather(
     let why = match add(waiter) {
         Added::Kept if !done => return true,
         Added::Kept => None,
-        Added::WrongKind => Some("a list reply of the wrong kind".to_string()),
-        Added::TooBig(why) => Some(why),
+        Added::WrongKind => Some("a list reply of the wrong kind"),
+        Added::TooBig => Some(TOO_BIG),
     };
     if let Some(why) = why {
-        return map.remove(&id).is_some_and(|w| fail(w, &why));
+        return map.remove(&id).is_some_and(|w| fail(w, why));
     }
     match map.remove(&id) {
         Some(Waiter::Connections(acc, tx)) => tx.send(Ok(Reply::Connections(acc.entries))).is_ok(),

@@ -29,12 +29,13 @@ use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect, TlsStream}
 use super::SetupError;
 
 /// The connection string's `sslmode`, as libpq reads it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SslMode {
     /// Plaintext only.
     Disable,
     /// TLS when the server offers it, else plaintext (libpq's default);
     /// the certificate is checked as by `Require`.
+    #[default]
     Prefer,
     /// TLS or nothing; the certificate is not checked unless `sslrootcert`
     /// is given (then as `verify-ca`).
@@ -83,20 +84,11 @@ impl SslMode {
     }
 }
 
-/// The TLS part of a connection string.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The TLS part of a connection string (`prefer`, no root, by default).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TlsSettings {
     pub mode: SslMode,
     pub root_cert: Option<PathBuf>,
-}
-
-impl Default for TlsSettings {
-    fn default() -> Self {
-        TlsSettings {
-            mode: SslMode::Prefer,
-            root_cert: None,
-        }
-    }
 }
 
 impl TlsSettings {
