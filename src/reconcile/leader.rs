@@ -10,6 +10,7 @@ use crate::store::model::NodeRecord;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -25,6 +26,12 @@ use crate::store::{Store, StoreError};
 /// signal must never leave a node underived for long.
 pub const RESYNC_FLOOR: Duration = Duration::from_secs(60);
 
+/// Nodes a derivation affected are queued for reconciliation once no
+/// derivation has affected any node for this long (see [`Affected`]).
+pub const COALESCE_QUIET: Duration = Duration::from_millis(30);
+/// ... or at the latest this long after the first of them.
+pub const COALESCE_MAX: Duration = Duration::from_millis(150);
+
 /// How long to wait before retrying after a failed derivation.
 const RETRY_DELAY: Duration = Duration::from_millis(500);
 
@@ -39,6 +46,48 @@ pub struct Leader {
     /// node, though derivation still resyncs at the floor.
     sweep: bool,
     token: LeaderToken,
+    affected: Affected,
+}
+
+/// Nodes whose desired state changed, waiting to be queued. The
+/// derivations of one moment (a burst of registrations, link claims
+/// answering each other) then reach a node as one command rather than one
+/// per derivation. A fast store derives often and a slow one seldom:
+/// queued at once, the same fleet cost more commands the faster its store
+/// was (issue 12).
+#[derive(Default)]
+struct Affected {
+    nodes: BTreeSet<String>,
+    /// When the first of `nodes` and the latest came.
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+impl Affected {
+    fn add<'a>(&mut self, nodes: impl IntoIterator<Item = &'a String>) {
+        let mut any = false;
+        for n in nodes {
+            any = true;
+            self.nodes.insert(n.clone());
+        }
+        if any {
+            let now = Instant::now();
+            self.first.get_or_insert(now);
+            self.last = Some(now);
+        }
+    }
+
+    /// When the nodes are due: after a quiet spell, or at the latest
+    /// [`COALESCE_MAX`] after the first.
+    fn due(&self) -> Option<Instant> {
+        let (first, last) = (self.first?, self.last?);
+        Some((last + COALESCE_QUIET).min(first + COALESCE_MAX))
+    }
+
+    fn take(&mut self) -> BTreeSet<String> {
+        (self.first, self.last) = (None, None);
+        std::mem::take(&mut self.nodes)
+    }
 }
 
 impl Leader {
@@ -65,6 +114,7 @@ impl Leader {
             resync_every,
             sweep,
             token,
+            affected: Affected::default(),
         }
     }
 
@@ -76,8 +126,12 @@ impl Leader {
         let mut tick = tokio::time::interval(self.resync_every);
         tick.tick().await;
         loop {
+            let due = self.affected.due();
             tokio::select! {
                 _ = cancel.cancelled() => break,
+                _ = sleep_until(due) => {
+                    self.affected.take().iter().for_each(|n| self.queue.add(n));
+                }
                 _ = tick.tick() => self.resync(self.sweep).await,
                 batch = self.inbox.next_batch() => {
                     if let Err(e) = self.take(batch).await {
@@ -162,9 +216,7 @@ impl Leader {
                     ?took,
                     "derived"
                 );
-                for n in d.affected.iter().chain(&arrived) {
-                    self.queue.add(n);
-                }
+                self.affected.add(d.affected.iter().chain(&arrived));
                 if let Some(after) = d.recheck_in {
                     self.derive_again(after);
                 }
@@ -256,10 +308,54 @@ impl Leader {
     }
 }
 
+/// Sleeps until `at`; never wakes without one.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// What observing one node found.
 #[derive(Debug, Default)]
 struct Observed {
     arrived: bool,
     /// A transition changed the store (the batch's look is stale).
     wrote: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(names: &[&str]) -> Vec<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn affected_nodes_wait_for_a_quiet_spell() {
+        let mut a = Affected::default();
+        assert_eq!(a.due(), None);
+        a.add(&ids(&[]));
+        assert_eq!(a.due(), None, "a derivation that affected nothing");
+        let t0 = Instant::now();
+        a.add(&ids(&["g/n1"]));
+        assert_eq!(a.due(), Some(t0 + COALESCE_QUIET));
+        tokio::time::advance(COALESCE_QUIET / 2).await;
+        a.add(&ids(&["g/n1", "g/n2"]));
+        assert_eq!(a.due(), Some(Instant::now() + COALESCE_QUIET));
+        assert_eq!(a.take(), ["g/n1", "g/n2"].map(String::from).into());
+        assert_eq!(a.due(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn affected_nodes_never_wait_past_the_cap() {
+        let mut a = Affected::default();
+        let t0 = Instant::now();
+        while Instant::now() < t0 + COALESCE_MAX * 2 {
+            a.add(&ids(&["g/n1"]));
+            assert!(a.due().unwrap() <= t0 + COALESCE_MAX);
+            tokio::time::advance(COALESCE_QUIET / 2).await;
+        }
+    }
 }

@@ -145,11 +145,6 @@ fn holds_incoming(n: &NodeRecord, link_id: &str) -> bool {
             .any(|c| c.incoming && c.link_id == link_id)
 }
 
-fn pair_key(a: &str, b: &str) -> String {
-    let (a, b) = edge(a, b);
-    format!("{a}|{b}")
-}
-
 /// Plans the links. `new_id` mints link ids; `now` stamps changed links.
 pub fn plan(
     nodes: &[NodeRecord],
@@ -170,6 +165,7 @@ pub fn plan(
         recheck_in,
         ..LinkPlan::default()
     };
+    let mut gateways = Gateways::stored(&ctx, stored);
     let mut by_pair: HashMap<(String, String), Vec<&Link>> = HashMap::new();
     for l in stored {
         if l.deleted {
@@ -198,7 +194,7 @@ pub fn plan(
                 continue;
             }
             let existing = by_pair.remove(&edge(a, b)).unwrap_or_default();
-            plan_pair(&ctx, a, b, existing, new_id, &mut out);
+            plan_pair(&ctx, (a, b), existing, &mut gateways, new_id, &mut out);
         }
     }
     // Whatever is left is a pair no longer allowed, or a group now empty.
@@ -234,6 +230,11 @@ impl<'a> Ctx<'a> {
 
     fn group_of(&self, id: &str) -> Option<&'a str> {
         self.nodes.get(id)?.group.as_deref()
+    }
+
+    /// The first ready member of `group` that `pred` accepts.
+    fn ready_in(&self, group: &str, pred: impl Fn(&NodeRecord) -> bool) -> Option<&'a NodeRecord> {
+        self.members.get(group)?.iter().copied().find(|n| pred(n))
     }
 
     /// A guarded delete of `l`, for a source that left.
@@ -290,9 +291,9 @@ fn tombstone(l: &Link, why: &str, ctx: &Ctx<'_>, out: &mut LinkPlan) {
 
 fn plan_pair<'a>(
     ctx: &Ctx<'a>,
-    a: &'a str,
-    b: &'a str,
+    (a, b): (&'a str, &'a str),
     mut existing: Vec<&Link>,
+    gateways: &mut Gateways,
     new_id: &mut dyn FnMut() -> String,
     out: &mut LinkPlan,
 ) {
@@ -303,12 +304,12 @@ fn plan_pair<'a>(
             tombstone(l, "duplicate link for this group pair", ctx, out);
             continue;
         }
-        match revise(ctx, l, out) {
+        match revise(ctx, l, gateways, out) {
             Ok(link) => kept = Some(link),
             Err(why) => tombstone(l, &why, ctx, out),
         }
     }
-    let link = kept.or_else(|| create(ctx, a, b, new_id, out));
+    let link = kept.or_else(|| create(ctx, (a, b), gateways, new_id, out));
     if let Some(link) = link {
         out.live.push(link);
     }
@@ -318,7 +319,12 @@ const DEPARTED: &str = "its destination departed";
 
 /// The link kept up to date (moved, claimed, or awaiting a new claim), or
 /// why it must go and be recreated.
-fn revise(ctx: &Ctx<'_>, l: &Link, out: &mut LinkPlan) -> Result<Link, String> {
+fn revise(
+    ctx: &Ctx<'_>,
+    l: &Link,
+    gateways: &mut Gateways,
+    out: &mut LinkPlan,
+) -> Result<Link, String> {
     let (src, dst) = (ctx.group(&l.source_group), ctx.group(&l.dest_group));
     if let Some(why) = destination_lost(ctx, &dst, l) {
         return Err(why);
@@ -327,7 +333,7 @@ fn revise(ctx: &Ctx<'_>, l: &Link, out: &mut LinkPlan) -> Result<Link, String> {
     let changed = if src.holds(&l.source_node, ctx) {
         settle_claim(ctx, &dst, &mut link, out)
     } else {
-        move_source(&src, &dst, &mut link, out)?;
+        move_source(&src, &dst, &mut link, gateways, out)?;
         true
     };
     if changed {
@@ -362,10 +368,11 @@ fn move_source(
     src: &Group<'_>,
     dst: &Group<'_>,
     link: &mut Link,
+    gateways: &mut Gateways,
     out: &mut LinkPlan,
 ) -> Result<(), String> {
-    let key = pair_key(&link.source_group, &link.dest_group);
-    let sibling = gateway::choose(&key, src.nodes.iter().map(|n| n.id.as_str()))
+    let sibling = gateways
+        .pick(src.name, src.nodes.iter().map(|n| n.id.as_str()))
         .ok_or("its source departed and no sibling is ready")?;
     // The old connection's claim must not claim the moved link: only the
     // new source's connection may.
@@ -431,8 +438,8 @@ fn settle_claim(ctx: &Ctx<'_>, dst: &Group<'_>, link: &mut Link, out: &mut LinkP
 /// (the later-named one when both have), from a gateway chosen in the other.
 fn create<'a>(
     ctx: &Ctx<'a>,
-    a: &'a str,
-    b: &'a str,
+    (a, b): (&'a str, &'a str),
+    gateways: &mut Gateways,
     new_id: &mut dyn FnMut() -> String,
     out: &mut LinkPlan,
 ) -> Option<Link> {
@@ -442,7 +449,6 @@ fn create<'a>(
     if group(a).nodes.is_empty() || group(b).nodes.is_empty() {
         return None;
     }
-    let key = pair_key(a, b);
     let (src_group, dst_group) = if group(b).with_external().next().is_some() {
         (a, b)
     } else if group(a).with_external().next().is_some() {
@@ -453,9 +459,12 @@ fn create<'a>(
     };
     let dst = group(dst_group);
     let targets: BTreeMap<&str, &str> = dst.with_external().collect();
-    let target = gateway::choose(&key, targets.keys().copied())?;
+    let target = gateways.pick(dst_group, targets.keys().copied())?;
     let endpoint = targets.get(target)?.to_string();
-    let source = gateway::choose(&key, group(src_group).nodes.iter().map(|n| n.id.as_str()))?;
+    let source = gateways.pick(
+        src_group,
+        group(src_group).nodes.iter().map(|n| n.id.as_str()),
+    )?;
     let link_id = new_id();
     let link = Link {
         config_data: linkconfig::config_data(&endpoint, &link_id),
@@ -473,4 +482,60 @@ fn create<'a>(
     };
     out.upserts.push(link.clone());
     Some(link)
+}
+
+/// One gateway per group: the node that carries the group's links, as
+/// their source and (with an external endpoint) their destination. Every
+/// gateway costs the fleet its own commands (the connections it dials, the
+/// routes it holds), so a group's links go to the gateway it already has:
+/// chosen per pair, the links planned while many nodes were ready spread
+/// over many gateways and those planned while few were over few, and the
+/// same fleet cost up to seven times the commands depending on how its
+/// registrations raced the first derivation (issue 12).
+struct Gateways(HashMap<String, String>);
+
+impl Gateways {
+    /// The gateways the stored live links use: per group, the ready node at
+    /// either end of its links (the rendezvous choice among several).
+    fn stored(ctx: &Ctx<'_>, stored: &[Link]) -> Gateways {
+        let mut candidates: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        for l in stored.iter().filter(|l| !l.deleted) {
+            let source = ctx.ready_in(&l.source_group, |n| n.id == l.source_node);
+            let dest = match l.dest_node.as_deref() {
+                Some(d) => ctx.ready_in(&l.dest_group, |n| n.id == d),
+                None => ctx.ready_in(&l.dest_group, |n| external(n) == Some(&l.dest_endpoint)),
+            };
+            for (g, n) in [(&l.source_group, source), (&l.dest_group, dest)] {
+                if let Some(n) = n {
+                    candidates.entry(g).or_default().insert(&n.id);
+                }
+            }
+        }
+        let chosen = candidates.into_iter().filter_map(|(g, ids)| {
+            let id = gateway::choose(g, ids.iter().copied())?;
+            Some((g.to_string(), id.to_string()))
+        });
+        Gateways(chosen.collect())
+    }
+
+    /// The gateway of `group` among `candidates`: the one it has if that is
+    /// a candidate, else the rendezvous choice, which becomes the group's
+    /// gateway if it had none.
+    fn pick<'n, I>(&mut self, group: &str, candidates: I) -> Option<&'n str>
+    where
+        I: Iterator<Item = &'n str> + Clone,
+    {
+        let current = self.0.get(group);
+        if let Some(c) = candidates
+            .clone()
+            .find(|c| Some(*c) == current.map(String::as_str))
+        {
+            return Some(c);
+        }
+        let chosen = gateway::choose(group, candidates)?;
+        self.0
+            .entry(group.to_string())
+            .or_insert_with(|| chosen.to_string());
+        Some(chosen)
+    }
 }

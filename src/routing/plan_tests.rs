@@ -380,3 +380,46 @@ fn a_destination_that_just_crashed_keeps_its_link_for_the_grace() {
     );
     assert_eq!(after.recheck_in, None);
 }
+
+/// The nodes at each group's ends of `links`, by group.
+fn gateways_of(links: &[Link]) -> std::collections::BTreeMap<String, BTreeSet<String>> {
+    let mut out = std::collections::BTreeMap::<String, BTreeSet<String>>::new();
+    for l in links {
+        let (node, _) = l.dest_endpoint.split_once('.').unwrap();
+        let dest = format!("{}/{node}", l.dest_group);
+        let ends = [
+            (&l.source_group, l.source_node.clone()),
+            (&l.dest_group, dest),
+        ];
+        for (g, n) in ends {
+            out.entry(g.clone()).or_default().insert(n);
+        }
+    }
+    out
+}
+
+/// Issue 12: chosen per group pair, a group's links spread over as many
+/// gateways as it had ready nodes when they were planned, each costing its
+/// own commands, so the same fleet cost up to seven times the commands
+/// when its nodes registered before the first derivation.
+#[test]
+fn a_group_carries_all_its_links_on_one_gateway() {
+    let mk_group = |g: &str| {
+        (0..5)
+            .map(|i| mk_node(g, &format!("n{i}")))
+            .collect::<Vec<_>>()
+    };
+    let mut nodes: Vec<NodeRecord> = ["a", "b", "c"].iter().flat_map(|g| mk_group(g)).collect();
+    let before = converge(&mut nodes, &mesh());
+    let first = gateways_of(&before);
+    assert!(first.values().all(|ns| ns.len() == 1), "{first:?}");
+    // A group arriving later links to the gateways the others have.
+    nodes.extend(mk_group("d"));
+    let p = plan(&nodes, &before, &mk_graphs(&mesh(), &nodes), 0, &mut ids());
+    let after = gateways_of(&p.live);
+    assert_eq!(p.live.len(), 6);
+    assert!(after.values().all(|ns| ns.len() == 1), "{after:?}");
+    for (g, ns) in &first {
+        assert_eq!(&after[g], ns, "group {g} kept its gateway");
+    }
+}
