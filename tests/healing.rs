@@ -95,6 +95,57 @@ async fn destination_gateway_crash_recreates_the_link_to_a_sibling() {
 }
 
 on_both_backends! {
+/// Scenario: the destination gateway crashes and, within its grace, a name
+/// announced beside it makes the source reconciled while its link is gone.
+/// The source is not asked to dial the dead endpoint (a real node would
+/// spend its whole dial backoff on it before reading its next command);
+/// the link waits and moves to the sibling when the grace ends.
+async fn a_source_never_dials_a_destination_that_has_no_session() {
+    let (cp, fleet, link) = two_groups(1, 2).await;
+    let dest = link.dest_node.clone().unwrap();
+    let sibling = ["b/n0", "b/n1"]
+        .into_iter()
+        .find(|n| *n != dest)
+        .unwrap();
+    let deferred = || {
+        cp.metrics
+            .reconciles
+            .get_or_create(&[("outcome", "deferred")])
+            .get()
+    };
+    let before = deferred();
+    fleet.node(&dest).unwrap().crash();
+    fleet
+        .node(sibling)
+        .unwrap()
+        .announce(["org", "ns", "late"])
+        .unwrap();
+    wait_for("the source's reconcile to defer the route over the old link", || async {
+        let over_old = cp
+            .store
+            .routes_sourced("a/n0")
+            .await
+            .map_err(|e| e.to_string())?
+            .iter()
+            .any(|r| r.link_id == link.link_id && r.name.components[2] == "late");
+        match over_old && deferred() > before {
+            true => Ok(()),
+            false => Err(format!("route over the old link: {over_old}")),
+        }
+    })
+    .await;
+    let new = only_link(&wait_links(&cp, &fleet, 1).await).clone();
+    assert_eq!(new.dest_node.as_deref(), Some(sibling));
+    wait_reachable(&fleet, "late", &["b"]).await;
+    assert_eq!(
+        fleet.node("a/n0").unwrap().failed_dials(),
+        0,
+        "the source was asked to dial the dead gateway"
+    );
+}
+}
+
+on_both_backends! {
 /// Scenario: an announcer crashes — its routes leave every node — then
 /// returns, and the routes come back.
 async fn announcer_crash_then_return() {

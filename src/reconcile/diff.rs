@@ -39,6 +39,23 @@ pub struct Step {
 }
 
 impl Step {
+    /// Takes the creation of `links` out of the step, with the routes that
+    /// would have used them: they wait for a later look.
+    pub fn defer_links(&mut self, links: &[String]) {
+        if links.is_empty() {
+            return;
+        }
+        let deferred = |l: &str| links.iter().any(|d| d == l);
+        let cmd = &mut self.command;
+        cmd.connections_to_create.retain(|c| !deferred(&c.link_id));
+        self.creating.retain(|l| !deferred(l));
+        let before = cmd.routes_to_set.len();
+        cmd.routes_to_set
+            .retain(|r| !r.link_id.as_deref().is_some_and(deferred));
+        self.setting.retain(|(_, l), _| !deferred(l));
+        self.deferred += before - cmd.routes_to_set.len();
+    }
+
     pub fn has_command(&self) -> bool {
         let c = &self.command;
         !(c.connections_to_create.is_empty()

@@ -143,6 +143,35 @@ fn routes_are_set_over_usable_links_and_deferred_otherwise() {
 }
 
 #[test]
+fn a_deferred_link_takes_its_routes_with_it() {
+    let links = [mk_link("l-1", "a/n1", false), mk_link("l-2", "a/n1", false)];
+    let routes = [
+        mk_route("r-1", "a/n1", "l-1", "x"),
+        mk_route("r-2", "a/n1", "l-2", "y"),
+        mk_route("r-3", "a/n1", "l-2", "z"),
+    ];
+    let live = Live {
+        connections: &[],
+        routes: &[],
+    };
+    let mut step = decide("a/n1", &links, &routes, &live, false);
+    assert_eq!(step.creating, ["l-1", "l-2"]);
+    step.defer_links(&["l-2".to_string()]);
+    assert_eq!(step.creating, ["l-1"]);
+    let created: Vec<&str> = step
+        .command
+        .connections_to_create
+        .iter()
+        .map(|c| c.link_id.as_str())
+        .collect();
+    assert_eq!(created, ["l-1"]);
+    assert_eq!(step.command.routes_to_set.len(), 1);
+    assert_eq!(step.setting.values().collect::<Vec<_>>(), ["r-1"]);
+    assert_eq!(step.deferred, 2);
+    assert!(step.has_command());
+}
+
+#[test]
 fn held_routes_are_marked_and_stale_ones_removed() {
     let links = [mk_link("l-1", "a/n1", false)];
     let conns = [mk_conn("l-1", false, REMOTE)];

@@ -14,7 +14,7 @@ use crate::cluster::LeaderToken;
 use crate::names;
 use crate::ops::Metrics;
 use crate::proto::sb;
-use crate::store::model::{LinkAnswer, RouteMark, RouteStatus};
+use crate::store::model::{Link, LinkAnswer, RouteMark, RouteStatus};
 use crate::store::{ChangeSet, Store, StoreError};
 use crate::transport::{Transport, TransportError};
 
@@ -114,7 +114,8 @@ impl Reconciler {
             connections: &conns,
             routes: &live_routes,
         };
-        let step = diff::decide(node, &links, &routes, &live, self.orphan_detection);
+        let mut step = diff::decide(node, &links, &routes, &live, self.orphan_detection);
+        step.defer_links(&self.dead_ends(&links, &step).await);
         let already: Vec<RouteMark> = step
             .already
             .iter()
@@ -146,6 +147,24 @@ impl Reconciler {
         } else {
             Outcome::Done
         })
+    }
+
+    /// The links the step would create whose claimed destination has no
+    /// session now (it died and its grace has not run out). A real node
+    /// dials inside its command handler and reads its control stream one
+    /// message at a time, so a dial towards a dead end would hold every
+    /// later command (the delete that ends it too) until the dial gives up.
+    async fn dead_ends(&self, links: &[Link], step: &Step) -> Vec<String> {
+        let mut out = Vec::new();
+        let creating = links.iter().filter(|l| step.creating.contains(&l.link_id));
+        for l in creating {
+            let Some(dest) = &l.dest_node else { continue };
+            if let Err(TransportError::NotConnected(_)) = self.transport.target(dest).await {
+                debug!(link = %l.link_id, %dest, "destination not connected; the link waits");
+                out.push(l.link_id.clone());
+            }
+        }
+        out
     }
 
     /// Records the node's per-item answers, all at once; any failure

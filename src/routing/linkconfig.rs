@@ -7,9 +7,17 @@
 
 use serde_json::json;
 
-/// Retry the dial every 2 s for as long as the link is wanted: the control
-/// plane deletes it when it is not.
-const BACKOFF_INTERVAL: &str = "2s";
+/// The dial's bounds. A real node dials inside its command handler and
+/// reads its control stream one message at a time, so an endless dial
+/// towards a dead or unreachable endpoint would hold every later command,
+/// the delete that would end it included. Bounded, a failed dial is answered
+/// in a few seconds (at most `(1 + retries) * connect timeout + retries *
+/// interval` when packets are dropped) and the control plane retries with
+/// its own backoff. The backoff governs nothing else: a node never redials a
+/// remote link that broke (it drops it, and the control plane recreates it).
+const DIAL_INTERVAL: &str = "1s";
+const DIAL_RETRIES: u32 = 3;
+const CONNECT_TIMEOUT: &str = "2s";
 const KEEPALIVE: &str = "20s";
 
 /// The JSON client configuration for a link to `endpoint` (`host:port`).
@@ -17,10 +25,11 @@ pub fn config_data(endpoint: &str, link_id: &str) -> String {
     json!({
         "endpoint": url(endpoint),
         "tls": { "insecure": true },
+        "connect_timeout": CONNECT_TIMEOUT,
         "backoff": {
             "type": "fixed_interval",
-            "interval": BACKOFF_INTERVAL,
-            "max_attempts": u32::MAX,
+            "interval": DIAL_INTERVAL,
+            "max_attempts": DIAL_RETRIES,
         },
         "keepalive": {
             "tcp_keepalive": KEEPALIVE,
@@ -55,6 +64,11 @@ mod tests {
         assert_eq!(v["link_id"], "l-1");
         assert_eq!(v["connection_type"], "remote");
         assert_eq!(v["tls"]["insecure"], true);
+        assert_eq!(
+            v["backoff"]["max_attempts"], DIAL_RETRIES,
+            "a dial must end"
+        );
+        assert_eq!(v["connect_timeout"], CONNECT_TIMEOUT);
     }
 
     #[test]

@@ -96,6 +96,9 @@ pub(crate) struct Applied {
     pub routes: Vec<sb::RouteAck>,
     /// Withdrawals to send after the ack (routes lost with closed links).
     pub owed: Vec<sb::ControlMessage>,
+    /// Links whose dial failed: a real node spends its dial's whole
+    /// backoff on each before it reads its next command.
+    pub failed_dials: u64,
 }
 
 fn conn_ack(link_id: &str, result: Result<(), String>) -> sb::ConnectionAck {
@@ -241,10 +244,10 @@ impl Ctx<'_> {
             link_id: &link,
             refuse,
         };
-        match self.net.dial(self.key, &req) {
-            Ok(_) => Ok(()),
-            Err(e) => Err(format!("Connection failed: {e}")),
-        }
+        self.net.dial(self.key, &req).map(|_| ()).map_err(|e| {
+            self.out.failed_dials += 1;
+            format!("Connection failed: {e}")
+        })
     }
 
     fn set_route(&mut self, route: &sb::Route) -> Result<(), String> {

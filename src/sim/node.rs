@@ -73,6 +73,7 @@ impl SimNode {
             faults: Mutex::new(Faults::default()),
             silent: AtomicBool::new(false),
             commands: AtomicU64::new(0),
+            failed_dials: AtomicU64::new(0),
             status: Mutex::new(status),
             apps: Mutex::new(BTreeMap::new()),
         };
@@ -283,6 +284,11 @@ impl SimNode {
     /// silent periods included; the registration response is not one).
     pub fn commands_received(&self) -> u64 {
         self.shared.commands.load(Ordering::Relaxed)
+    }
+
+    /// Link dials that failed so far (all processes).
+    pub fn failed_dials(&self) -> u64 {
+        self.shared.failed_dials.load(Ordering::Relaxed)
     }
 
     /// Successful registrations so far (all processes).

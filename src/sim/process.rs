@@ -47,6 +47,8 @@ pub(crate) struct NodeShared {
     /// `ConfigurationCommand` messages received on registered streams
     /// (all processes), so benchmarks can compare how chatty control planes are.
     pub commands: AtomicU64,
+    /// Dials of links that failed (all processes).
+    pub failed_dials: AtomicU64,
     pub status: Mutex<Status>,
     /// What local apps subscribed, kept across restarts (apps come back).
     pub apps: Mutex<BTreeMap<NameKey, dp::Name>>,

@@ -194,6 +194,9 @@ async fn answer_command(p: &Proc, s: &Stream, id: &str, cmd: &sb::ConfigurationC
         return;
     };
     let owed = std::mem::take(&mut applied.owed);
+    p.shared
+        .failed_dials
+        .fetch_add(applied.failed_dials, std::sync::atomic::Ordering::Relaxed);
     let _ = s.tx.send(ack_msg(id, applied)).await;
     p.notify(owed);
 }
