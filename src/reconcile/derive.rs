@@ -33,15 +33,22 @@ pub async fn derive(
     arrived: &BTreeSet<String>,
     nodes: Vec<NodeRecord>,
 ) -> Result<Derivation, StoreError> {
-    let templates = store.list_templates().await?;
-    let stored_links = store.list_links().await?;
-    let stored_routes = store.list_routes().await?;
-    let segments = match mode {
-        TopologyConfig::Api => store.list_segments().await?,
-        _ => Vec::new(),
+    // Independent reads: on Postgres they run side by side on the pool's
+    // connections, so a batch waits for the slowest, not for their sum.
+    let segments = async {
+        match mode {
+            TopologyConfig::Api => store.list_segments().await,
+            _ => Ok(Vec::new()),
+        }
     };
     // The database's clock, like the departure stamps it is compared with.
-    let now = store.now().await?;
+    let (templates, stored_links, stored_routes, segments, now) = tokio::try_join!(
+        store.list_templates(),
+        store.list_links(),
+        store.list_routes(),
+        segments,
+        store.now()
+    )?;
     let groups = links::active_groups(&nodes, now);
     let graphs = topology::resolve(mode, &segments, &groups);
     let plan = links::plan(&nodes, &stored_links, &graphs, now, &mut || {

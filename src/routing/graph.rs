@@ -91,18 +91,24 @@ impl SegmentGraph {
         include: impl Fn(&str) -> bool,
     ) -> BTreeMap<&str, &str> {
         let mut parent = BTreeMap::new();
-        let Some(start) = self.index(root).filter(|&i| include(&self.groups[i])) else {
+        // Judged once per group, not once per edge the search crosses.
+        let accepted: Vec<bool> = self.groups.iter().map(|g| include(g)).collect();
+        let Some(start) = self.index(root).filter(|&i| accepted[i]) else {
             return parent;
         };
-        let view = NodeFiltered::from_fn(&self.graph, |i: usize| include(&self.groups[i]));
+        let view = NodeFiltered::from_fn(&self.graph, |i: usize| accepted[i]);
         let mut bfs = Bfs::new(&view, start);
+        let mut reached_from: Vec<Option<usize>> = vec![None; self.groups.len()];
         // Groups come out in visiting order, so the first one seen next to
         // a group is the one the search reached it from.
         while let Some(u) = bfs.next(&view) {
             for v in view.neighbors(u).filter(|&v| v != start) {
-                parent
-                    .entry(self.groups[v].as_str())
-                    .or_insert(self.groups[u].as_str());
+                reached_from[v].get_or_insert(u);
+            }
+        }
+        for (v, u) in reached_from.into_iter().enumerate() {
+            if let Some(u) = u {
+                parent.insert(self.groups[v].as_str(), self.groups[u].as_str());
             }
         }
         parent
