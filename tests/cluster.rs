@@ -463,3 +463,35 @@ async fn operator_calls_work_from_any_replica() {
         }
     }
 }
+
+/// Scenario: a deposed leader's fenced transaction stays open on the
+/// leadership row (its process frozen, or cut off behind a proxy that
+/// keeps its session alive) when the leader dies. The next leader ends
+/// that transaction and starts its term within a few leases instead of
+/// waiting for Postgres to end it (regression: the partition drill
+/// measured a 30 s takeover, the idle-in-transaction timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_transaction_on_the_leadership_row_does_not_stall_a_takeover() {
+    let mut cluster = Cluster::start(3, MESH).await;
+    let (leader, epoch) = cluster.leader().await;
+    let mut config: tokio_postgres::Config = cluster.url.parse().expect("test URL");
+    config.application_name("slim-cp");
+    let (stale, conn) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .expect("database");
+    tokio::spawn(conn);
+    stale
+        .batch_execute("BEGIN; SELECT epoch FROM leadership WHERE singleton FOR SHARE")
+        .await
+        .expect("row share-locked");
+    let killed = std::time::Instant::now();
+    cluster.replicas[leader].kill9();
+    cluster.next_leader(epoch).await;
+    let took = killed.elapsed();
+    assert!(took < Duration::from_secs(15), "takeover took {took:?}");
+    assert!(
+        stale.simple_query("SELECT 1").await.is_err(),
+        "the stale transaction was ended"
+    );
+}
