@@ -8,8 +8,9 @@
 mod cluster_support;
 mod common;
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
+use cluster_support::logs::{epoch_sends_after, rfc3339_now};
 use cluster_support::{Cluster, MESH};
 use slim_cp::proto::cluster as pb;
 use slim_cp::store::Store as _;
@@ -22,18 +23,6 @@ async fn announce(fleet: &slim_cp::sim::SimFleet, node: &str, name: &str) {
         .expect("node")
         .announce(["org", "ns", name])
         .expect("announced");
-}
-
-/// No write was made under an epoch other than the one standing, and
-/// there were writes to judge.
-async fn assert_fenced(cluster: &Cluster) {
-    let (total, bad) = cluster.fence_audit().await;
-    assert!(total > 0, "the audit saw no write at all");
-    assert!(
-        bad.is_empty(),
-        "{} of {total} writes not fenced by the standing epoch: {bad:?}",
-        bad.len()
-    );
 }
 
 /// Scenario: the leader is killed with kill -9 while the fleet converges;
@@ -61,7 +50,7 @@ async fn a_killed_leader_is_replaced_and_nothing_is_lost() {
         fleet.nodes().iter().all(|n| n.registrations() <= 3),
         "no node restarted"
     );
-    assert_fenced(&cluster).await;
+    cluster.assert_fenced().await;
 }
 
 /// Scenario: a follower holding a third of the sessions is killed; its
@@ -105,7 +94,7 @@ async fn a_killed_follower_moves_its_nodes_and_keeps_every_link() {
     let after = cluster.converged(&fleet, GROUPS.len(), &names).await;
     assert_eq!(after, ids);
     assert_eq!(fleet.lost_count(), 0, "lost: {:?}", fleet.lost());
-    assert_fenced(&cluster).await;
+    cluster.assert_fenced().await;
 }
 
 /// Scenario: fifty step-downs in a row, asked of any replica while a node
@@ -165,45 +154,8 @@ async fn fifty_elections_never_overlap() {
         }
     }
     assert!(epoch >= 54, "one term per election: epoch {epoch}");
-    assert_fenced(&cluster).await;
+    cluster.assert_fenced().await;
     assert_eq!(fleet.lost_count(), 0, "lost: {:?}", fleet.lost());
-}
-
-fn epoch_sends_after(log: &str, epoch: u64, since: &str) -> Vec<String> {
-    log.lines()
-        .filter(|l| l.contains("command sent") && l.contains(&format!("epoch={epoch}")))
-        .filter(|l| l.split_whitespace().next().is_some_and(|t| t > since))
-        .map(str::to_string)
-        .collect()
-}
-
-fn rfc3339_now() -> String {
-    let d = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default();
-    let secs = d.as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, dd) = civil(days as i64);
-    format!(
-        "{y:04}-{m:02}-{dd:02}T{:02}:{:02}:{:02}.{:06}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_micros()
-    )
-}
-
-/// Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
-fn civil(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 /// Scenario: the leader is frozen (SIGSTOP) past its lease while the
@@ -233,19 +185,7 @@ async fn a_frozen_leader_is_replaced_and_acts_no_more_when_it_wakes() {
     tokio::time::sleep(Duration::from_secs(4)).await;
     let woke = rfc3339_now();
     cluster.replicas[frozen].signal("CONT");
-    cluster
-        .wait("the old leader steps down", || async {
-            let log = cluster.replicas[frozen].log();
-            let said = log.contains("lease ran out before a renewal succeeded")
-                || log.contains("another replica took over the term")
-                || log.contains("the election connection failed");
-            if said {
-                Ok(())
-            } else {
-                Err("no step-down logged yet".into())
-            }
-        })
-        .await;
+    cluster.stood_down(frozen).await;
     let names = [("alpha", "a"), ("delta", "d")];
     cluster.converged(&fleet, GROUPS.len(), &names).await;
     for r in &cluster.replicas {
@@ -257,7 +197,7 @@ async fn a_frozen_leader_is_replaced_and_acts_no_more_when_it_wakes() {
         );
     }
     assert!(cluster.leader().await.1 >= epoch2);
-    assert_fenced(&cluster).await;
+    cluster.assert_fenced().await;
     assert_eq!(fleet.lost_count(), 0, "lost: {:?}", fleet.lost());
 }
 
@@ -326,7 +266,7 @@ async fn step_down_and_sigterm_hand_over_cleanly() {
     cluster.converged(&fleet, GROUPS.len(), &names).await;
     assert_eq!(refusals(&cluster).await, Vec::<String>::new());
     assert_eq!(fleet.lost_count(), 0, "lost: {:?}", fleet.lost());
-    assert_fenced(&cluster).await;
+    cluster.assert_fenced().await;
 }
 
 /// Scenario: calls to a replica's relay without credentials, with wrong
@@ -478,7 +418,7 @@ async fn moved_endpoints_after_a_failover_converge() {
     let links = cluster.store.list_links().await.expect("links");
     let live: Vec<_> = links.into_iter().filter(|l| !l.deleted).collect();
     common::scenario::assert_links_point_at(&live, &moved);
-    assert_fenced(&cluster).await;
+    cluster.assert_fenced().await;
 }
 
 /// Scenario: the operator's calls (slimctl) answered by every replica:
@@ -522,4 +462,36 @@ async fn operator_calls_work_from_any_replica() {
             assert_eq!(conns.entries.len(), held, "{} asked of {}", n.id, r.id);
         }
     }
+}
+
+/// Scenario: a deposed leader's fenced transaction stays open on the
+/// leadership row (its process frozen, or cut off behind a proxy that
+/// keeps its session alive) when the leader dies. The next leader ends
+/// that transaction and starts its term within a few leases instead of
+/// waiting for Postgres to end it (regression: the partition drill
+/// measured a 30 s takeover, the idle-in-transaction timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_transaction_on_the_leadership_row_does_not_stall_a_takeover() {
+    let mut cluster = Cluster::start(3, MESH).await;
+    let (leader, epoch) = cluster.leader().await;
+    let mut config: tokio_postgres::Config = cluster.url.parse().expect("test URL");
+    config.application_name("slim-cp");
+    let (stale, conn) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .expect("database");
+    tokio::spawn(conn);
+    stale
+        .batch_execute("BEGIN; SELECT epoch FROM leadership WHERE singleton FOR SHARE")
+        .await
+        .expect("row share-locked");
+    let killed = std::time::Instant::now();
+    cluster.replicas[leader].kill9();
+    cluster.next_leader(epoch).await;
+    let took = killed.elapsed();
+    assert!(took < Duration::from_secs(15), "takeover took {took:?}");
+    assert!(
+        stale.simple_query("SELECT 1").await.is_err(),
+        "the stale transaction was ended"
+    );
 }

@@ -236,7 +236,55 @@ impl Election {
     }
 
     /// Starts a term on the lock's connection; returns its epoch.
+    ///
+    /// The row lock waits (`lock_timeout` = `renew`) for the old term's
+    /// fenced writes. A deposed leader cut off behind something that keeps
+    /// its sessions alive (a proxy, a pooler) or frozen mid-transaction
+    /// would hold the row until Postgres's idle-in-transaction timeout
+    /// (30 s, measured in the partition drill); so when the wait runs out,
+    /// transactions of slim-cp (our `application_name`) idle for longer
+    /// than the lease are ended and the term is tried again, for up to two
+    /// leases. Ending one is safe: an aborted write of the old term is no
+    /// write at all.
     async fn establish(&self, conn: &mut PgConn) -> Result<u64, tokio_postgres::Error> {
+        let deadline = Instant::now() + self.timings.lease * 2;
+        loop {
+            match self.start_term(conn).await {
+                Err(e) if sqlstate(&e) == Some(LOCK_NOT_AVAILABLE) && Instant::now() < deadline => {
+                    self.end_stale_transactions(conn).await?;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Terminates slim-cp's sessions idle in a transaction for longer than
+    /// the lease (ours are short; such a session's process is gone, frozen
+    /// or cut off).
+    async fn end_stale_transactions(&self, conn: &PgConn) -> Result<(), tokio_postgres::Error> {
+        let lease_ms = i64::try_from(self.timings.lease.as_millis()).unwrap_or(i64::MAX);
+        let row = conn
+            .client
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                   AND application_name = current_setting('application_name') \
+                   AND state IN ('idle in transaction', 'idle in transaction (aborted)') \
+                   AND state_change < now() - make_interval(secs => $1::bigint / 1000.0)",
+                &[&lease_ms],
+            )
+            .await?;
+        let ended: i64 = row.try_get(0)?;
+        if ended > 0 {
+            warn!(
+                ended,
+                "ended stale transactions holding the leadership row; starting the term"
+            );
+        }
+        Ok(())
+    }
+
+    async fn start_term(&self, conn: &mut PgConn) -> Result<u64, tokio_postgres::Error> {
         let me = self.identity.current();
         let seen = i64::try_from(self.transport.highest_epoch()).unwrap_or(i64::MAX);
         let incarnation = i64::try_from(me.incarnation).unwrap_or(i64::MAX);

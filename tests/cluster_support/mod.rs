@@ -5,7 +5,8 @@
 
 #![allow(dead_code)]
 
-mod replica;
+pub mod logs;
+pub mod replica;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -19,7 +20,7 @@ use slim_cp::store::{PgStore, Store as _};
 use tokio_postgres::NoTls;
 
 use crate::common::pg::{fresh_pg_database, pg_url_for};
-pub use replica::ReplicaProc;
+pub use replica::{Placement, ReplicaProc};
 
 /// Bound for what a loaded two-core machine does promptly with processes.
 pub const PATIENCE: Duration = Duration::from_secs(60);
@@ -62,10 +63,44 @@ pub async fn sql(url: &str) -> tokio_postgres::Client {
     client
 }
 
+/// The relay secret the replicas keep in the database, once the first of
+/// them has made it (a replica listens before it is stored).
+async fn relay_secret(url: &str) -> String {
+    let client = sql(url).await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let row = client
+            .query_opt("SELECT secret FROM cluster_secret", &[])
+            .await
+            .expect("the secret's table");
+        if let Some(row) = row {
+            return row.get(0);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the replicas keep no relay secret"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 impl Cluster {
     /// `n` replicas (`cp-0` ...), started one after the other so `cp-0`
     /// leads first, with `topology` (YAML flow style).
     pub async fn start(n: usize, topology: &str) -> Cluster {
+        Cluster::start_placed(n, topology, |_, url| {
+            (url.to_string(), Placement::loopback())
+        })
+        .await
+    }
+
+    /// As [`Cluster::start`], with replica `i` placed by `place(i, url)`,
+    /// which answers the database URL that replica uses and where it runs.
+    pub async fn start_placed(
+        n: usize,
+        topology: &str,
+        mut place: impl FnMut(usize, &str) -> (String, Placement),
+    ) -> Cluster {
         let db = fresh_pg_database().await;
         let url = pg_url_for(&db);
         sql(&url)
@@ -78,7 +113,8 @@ impl Cluster {
         std::fs::create_dir_all(&dir).expect("test dir");
         let mut replicas = Vec::new();
         for i in 0..n {
-            let mut r = ReplicaProc::new(&dir, &format!("cp-{i}"), &url, topology);
+            let (db_url, at) = place(i, &url);
+            let mut r = ReplicaProc::placed(&dir, &format!("cp-{i}"), &db_url, topology, at);
             r.spawn();
             replicas.push(r);
         }
@@ -86,12 +122,7 @@ impl Cluster {
             .await
             .expect("balancer starts");
         let store = Arc::new(PgStore::connect(&url, 4).await.expect("observer connects"));
-        let secret: String = sql(&url)
-            .await
-            .query_one("SELECT secret FROM cluster_secret", &[])
-            .await
-            .expect("the replicas keep a relay secret")
-            .get(0);
+        let secret = relay_secret(&url).await;
         let cluster = Cluster {
             db,
             url,
@@ -203,6 +234,35 @@ impl Cluster {
             .await
             .expect("audit");
         (total, bad.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// Waits until replica `i` logs that it stopped leading.
+    pub async fn stood_down(&self, i: usize) {
+        let r = &self.replicas[i];
+        self.wait("the old leader steps down", || async {
+            let log = r.log();
+            let said = log.contains("lease ran out before a renewal succeeded")
+                || log.contains("another replica took over the term")
+                || log.contains("the election connection failed");
+            if said {
+                Ok(())
+            } else {
+                Err("no step-down logged yet".into())
+            }
+        })
+        .await;
+    }
+
+    /// No write was made under an epoch other than the one standing, and
+    /// there were writes to judge.
+    pub async fn assert_fenced(&self) {
+        let (total, bad) = self.fence_audit().await;
+        assert!(total > 0, "the audit saw no write at all");
+        assert!(
+            bad.is_empty(),
+            "{} of {total} writes not fenced by the standing epoch: {bad:?}",
+            bad.len()
+        );
     }
 
     /// A simulated fleet through the balancer, one connection per node so

@@ -1,8 +1,9 @@
 //! One `slim-cp serve` process of a test cluster: its ports, its config
 //! file, its log, and the signals a drill sends it.
 
+use std::collections::BTreeSet;
 use std::fs::File;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -12,11 +13,21 @@ use slim_cp::proto::cluster::admin_client::AdminClient;
 use slim_cp::proto::cluster::relay_client::RelayClient;
 use tonic::transport::Channel;
 
+/// A port free on loopback now and never handed out before by this
+/// process: the kernel can give a just-closed port again at once, and a
+/// replica given one port twice (northbound and ops) fails to start.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    static GIVEN: std::sync::Mutex<BTreeSet<u16>> = std::sync::Mutex::new(BTreeSet::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+        if given.insert(port) {
+            return port;
+        }
+    }
 }
 
 /// Timings short enough for drills to run in seconds, with the margins the
@@ -24,8 +35,35 @@ pub fn free_port() -> u16 {
 pub const CLUSTER_TIMINGS: &str =
     "  lease: 2s\n  renew: 500ms\n  heartbeat: 500ms\n  replica_ttl: 3s\n";
 
+/// Where a replica runs and how it is reached: loopback by default; a
+/// partition drill puts it in a network namespace (`netns`) on its own
+/// address, or advertises its relay through a proxy a drill can cut.
+#[derive(Clone, Debug)]
+pub struct Placement {
+    /// The address it listens on and is reached at.
+    pub host: IpAddr,
+    /// Run it as `ip netns exec NAME ...`.
+    pub netns: Option<String>,
+    /// What peers dial for its relay, when not `host:relay`.
+    pub relay_advertise: Option<SocketAddr>,
+    /// The relay's port, when it must be known before the replica exists.
+    pub relay_port: Option<u16>,
+}
+
+impl Placement {
+    pub fn loopback() -> Placement {
+        Placement {
+            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            netns: None,
+            relay_advertise: None,
+            relay_port: None,
+        }
+    }
+}
+
 pub struct ReplicaProc {
     pub id: String,
+    pub place: Placement,
     pub nb: u16,
     pub sb: u16,
     pub relay: u16,
@@ -37,21 +75,40 @@ pub struct ReplicaProc {
 
 impl ReplicaProc {
     pub fn new(dir: &Path, id: &str, db_url: &str, topology: &str) -> ReplicaProc {
-        let (nb, sb, relay, http) = (free_port(), free_port(), free_port(), free_port());
+        ReplicaProc::placed(dir, id, db_url, topology, Placement::loopback())
+    }
+
+    /// A replica at `place`; ports are picked free on the root namespace's
+    /// loopback, which is as good as any inside a fresh namespace.
+    pub fn placed(
+        dir: &Path,
+        id: &str,
+        db_url: &str,
+        topology: &str,
+        place: Placement,
+    ) -> ReplicaProc {
+        let (nb, sb, http) = (free_port(), free_port(), free_port());
+        let relay = place.relay_port.unwrap_or_else(free_port);
+        let host = place.host;
+        let advertise = place
+            .relay_advertise
+            .map(|a| format!(", advertise: \"{a}\""))
+            .unwrap_or_default();
         let config = dir.join(format!("{id}.yaml"));
         let body = format!(
-            "northbound: {{endpoint: \"127.0.0.1:{nb}\", tls: {{insecure: true}}}}\n\
-             southbound: {{endpoint: \"127.0.0.1:{sb}\", tls: {{insecure: true}}}}\n\
+            "northbound: {{endpoint: \"{host}:{nb}\", tls: {{insecure: true}}}}\n\
+             southbound: {{endpoint: \"{host}:{sb}\", tls: {{insecure: true}}}}\n\
              database: {{type: postgres, url: \"{db_url}\", pool_size: 8}}\n\
              reconciler: {{base_retry_delay: 50ms, reconcile_period: 5s}}\n\
              topology: {topology}\n\
-             http: {{endpoint: \"127.0.0.1:{http}\"}}\n\
-             cluster:\n  replica_id: {id}\n  relay: {{endpoint: \"127.0.0.1:{relay}\"}}\n\
+             http: {{endpoint: \"{host}:{http}\"}}\n\
+             cluster:\n  replica_id: {id}\n  relay: {{endpoint: \"{host}:{relay}\"{advertise}}}\n\
              {CLUSTER_TIMINGS}"
         );
         std::fs::write(&config, body).expect("config written");
         ReplicaProc {
             id: id.to_string(),
+            place,
             nb,
             sb,
             relay,
@@ -71,7 +128,17 @@ impl ReplicaProc {
             .open(&self.log)
             .expect("log file");
         let err = log.try_clone().expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_slim-cp"))
+        let mut cmd = match &self.place.netns {
+            // `ip netns exec` execs in place: the child's pid is slim-cp's,
+            // so signals reach the replica itself.
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_slim-cp")]);
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_slim-cp")),
+        };
+        let child = cmd
             .args(["serve", "--no-migrate", "--config"])
             .arg(&self.config)
             .env(
@@ -84,7 +151,7 @@ impl ReplicaProc {
             .expect("slim-cp starts");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect(("127.0.0.1", self.nb)).is_err() {
+        while TcpStream::connect((self.place.host, self.nb)).is_err() {
             if let Some(status) = self
                 .child
                 .as_mut()
@@ -149,7 +216,16 @@ impl ReplicaProc {
     }
 
     pub fn southbound(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.sb))
+        SocketAddr::new(self.place.host, self.sb)
+    }
+
+    /// The ops endpoint (`/readyz`, `/metrics`).
+    pub fn http_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.place.host, self.http)
+    }
+
+    fn url(&self, port: u16) -> String {
+        format!("http://{}", SocketAddr::new(self.place.host, port))
     }
 
     pub fn log(&self) -> String {
@@ -157,11 +233,11 @@ impl ReplicaProc {
     }
 
     pub async fn admin(&self) -> Result<AdminClient<Channel>, tonic::transport::Error> {
-        AdminClient::connect(format!("http://127.0.0.1:{}", self.nb)).await
+        AdminClient::connect(self.url(self.nb)).await
     }
 
     pub async fn relay_client(&self) -> RelayClient<Channel> {
-        RelayClient::connect(format!("http://127.0.0.1:{}", self.relay))
+        RelayClient::connect(self.url(self.relay))
             .await
             .expect("relay reachable")
     }
@@ -172,8 +248,11 @@ impl ReplicaProc {
         req.metadata_mut()
             .insert(slim_cp::cluster::relay::auth::HEADER, token.parse().ok()?);
         req.set_timeout(Duration::from_secs(2));
-        let mut client = RelayClient::connect(format!("http://127.0.0.1:{}", self.relay))
+        let connect = RelayClient::connect(self.url(self.relay));
+        // A partitioned replica never answers the connect: bound it too.
+        let mut client = tokio::time::timeout(Duration::from_secs(2), connect)
             .await
+            .ok()?
             .ok()?;
         client.inspect(req).await.ok().map(|r| r.into_inner())
     }

@@ -34,7 +34,12 @@ pub struct Proxy {
 
 impl Proxy {
     pub async fn start(backend: SocketAddr) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("proxy binds");
+        Proxy::start_on(SocketAddr::from(([127, 0, 0, 1], 0)), backend).await
+    }
+
+    /// Listens on `bind` (port 0: any free one).
+    pub async fn start_on(bind: SocketAddr, backend: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind(bind).await.expect("proxy binds");
         let addr = listener.local_addr().expect("proxy address");
         let state = Arc::new(Mutex::new(State {
             backend,
