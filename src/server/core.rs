@@ -110,6 +110,10 @@ impl Core {
             tokens.cancel.clone(),
         ));
         tasks.push(self.health.tick(tokens.cancel.clone()));
+        if let Some(domains) = &opts.domains {
+            let (store, cancel) = (self.store.clone(), tokens.cancel.clone());
+            tasks.push(domains.clone().spawn_reloader(store, cancel));
+        }
         let guard = extra.as_ref().map(|e| e.guard.clone());
         let http_addr = self.serve_http(http, &replica, guard, &tokens, &mut tasks)?;
         let (relay_addr, failure) = attach(extra, relay, replica, &tokens.relay, &mut tasks)?;
@@ -170,6 +174,7 @@ impl Core {
             transport: self.transport.clone(),
             topology: opts.topology.clone(),
             signals: self.signals.clone(),
+            domains: opts.domains.clone(),
         });
         let (stop, cancel) = (&tokens.stop_accepting, &tokens.cancel);
         let sb = listen::southbound(
