@@ -255,3 +255,37 @@ async fn without_a_seal_key_no_domain_is_added() {
         err.message()
     );
 }
+
+/// Scenario: two replicas on one database with the same key; a domain
+/// added through the first admits a node on the second once it reloads
+/// (every `RELOAD_PERIOD`), and its removal stops admitting there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_domain_added_on_one_replica_admits_nodes_on_another() {
+    let store = common::pg::fresh_pg_store().await;
+    let key = [5u8; 32];
+    let mk = |id: &str| {
+        let mut opts = mk_auth_options(TopologyConfig::Api, SealKey::from_bytes(&key).unwrap());
+        opts.replica.id = id.into();
+        opts
+    };
+    let a = slim_cp::server::start(mk("replica-a"), store.clone())
+        .await
+        .expect("replica a starts");
+    let b = slim_cp::server::start(mk("replica-b"), store)
+        .await
+        .expect("replica b starts");
+    add(&mut mk_client(&a).await, "blue", STORED).await.unwrap();
+    common::wait_for("replica b admits blue", || async {
+        let (_, accepted) = register(&b, "blue", "n1", STORED).await;
+        accepted.then_some(()).ok_or_else(|| "refused".to_string())
+    })
+    .await;
+    remove(&mut mk_client(&a).await, "blue").await.unwrap();
+    common::wait_for("replica b refuses blue", || async {
+        let (_, accepted) = register(&b, "blue", "n2", STORED).await;
+        (!accepted)
+            .then_some(())
+            .ok_or_else(|| "still admitted".to_string())
+    })
+    .await;
+}
