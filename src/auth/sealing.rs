@@ -70,7 +70,9 @@ impl SealKey {
         if bytes.len() != KEY_LEN {
             return Err(SealError::KeyLength(bytes.len()));
         }
-        let key = UnboundKey::new(&AES_256_GCM, bytes).map_err(|_| SealError::KeyLength(0))?;
+        // ring refuses only a key of the wrong length, checked above.
+        let key =
+            UnboundKey::new(&AES_256_GCM, bytes).map_err(|_| SealError::KeyLength(bytes.len()))?;
         Ok(Self(LessSafeKey::new(key)))
     }
 

@@ -46,8 +46,8 @@ pub enum Rejection {
     /// The node sent no token (2.0.0-alpha.2 nodes never do).
     #[error("the node sent no credentials, but registration auth is on for group {0:?}")]
     NoCredentials(String),
-    /// No secret is configured for the claimed group.
-    #[error("no shared secret is configured for group {0:?}")]
+    /// No secret is configured or stored (`AddDomain`) for the group.
+    #[error("no shared secret is configured or added as a domain for group {0:?}")]
     UnknownGroup(String),
     /// The token does not have the `id:ts:nonce:claims:mac` shape.
     #[error("malformed token: {0}")]

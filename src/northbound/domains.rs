@@ -107,11 +107,14 @@ impl Ctx {
     async fn disconnect_group(&self, group: &str) -> Result<usize, Status> {
         let nodes = self.store.list_nodes().await.map_err(errors::from_store)?;
         let registry = self.transport.registry();
-        let streams = nodes
-            .iter()
-            .filter(|n| n.group.as_deref() == Some(group))
-            .filter_map(|n| registry.get(&n.id));
-        Ok(streams.map(|s| s.close()).count())
+        let mut closed = 0;
+        for n in nodes.iter().filter(|n| n.group.as_deref() == Some(group)) {
+            if let Some(stream) = registry.get(&n.id) {
+                stream.close();
+                closed += 1;
+            }
+        }
+        Ok(closed)
     }
 }
 
