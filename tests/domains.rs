@@ -258,7 +258,8 @@ async fn without_a_seal_key_no_domain_is_added() {
 
 /// Scenario: two replicas on one database with the same key; a domain
 /// added through the first admits a node on the second once it reloads
-/// (every `RELOAD_PERIOD`), and its removal stops admitting there too.
+/// (every `RELOAD_PERIOD`); removed through the first, the second closes
+/// that node's stream and admits no more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_domain_added_on_one_replica_admits_nodes_on_another() {
     let store = common::pg::fresh_pg_store().await;
@@ -275,12 +276,15 @@ async fn a_domain_added_on_one_replica_admits_nodes_on_another() {
         .await
         .expect("replica b starts");
     add(&mut mk_client(&a).await, "blue", STORED).await.unwrap();
-    common::wait_for("replica b admits blue", || async {
-        let (_, accepted) = register(&b, "blue", "n1", STORED).await;
-        accepted.then_some(()).ok_or_else(|| "refused".to_string())
+    let mut node = common::wait_for("replica b admits blue", || async {
+        let (raw, accepted) = register(&b, "blue", "n1", STORED).await;
+        accepted.then_some(raw).ok_or_else(|| "refused".to_string())
     })
     .await;
     remove(&mut mk_client(&a).await, "blue").await.unwrap();
+    tokio::time::timeout(common::PATIENCE, until_closed(&mut node))
+        .await
+        .expect("replica b closes the stream of blue's node");
     common::wait_for("replica b refuses blue", || async {
         let (_, accepted) = register(&b, "blue", "n2", STORED).await;
         (!accepted)

@@ -118,12 +118,21 @@ impl Domains {
     }
 
     /// [`Domains::reload`] unless a local edit came after `edits` was read.
-    fn reload_since(&self, edits: u64, stored: &[Domain]) {
+    /// Returns the domains that went away (removed through another
+    /// replica) and have no configured secret either.
+    fn reload_since(&self, edits: u64, stored: &[Domain]) -> Vec<String> {
         let keys = self.open_all(stored);
         let mut held = self.write();
-        if self.edits.load(Ordering::SeqCst) == edits {
-            *held = keys;
+        if self.edits.load(Ordering::SeqCst) != edits {
+            return Vec::new();
         }
+        let gone = held
+            .keys()
+            .filter(|name| !keys.contains_key(*name) && !self.configured.contains(*name))
+            .cloned()
+            .collect();
+        *held = keys;
+        gone
     }
 
     fn open_all(&self, stored: &[Domain]) -> BTreeMap<String, HmacSha256> {
@@ -152,12 +161,15 @@ impl Domains {
     }
 
     /// Reloads from `store` now and every [`RELOAD_PERIOD`] until
-    /// `cancel`. A failed load keeps the last good set: a database outage
-    /// must not turn away nodes it was accepting.
+    /// `cancel`, calling `gone` with each domain removed elsewhere (so its
+    /// nodes' streams here can be closed, as the replica that removed it
+    /// closed its own). A failed load keeps the last good set: a database
+    /// outage must not turn away nodes it was accepting.
     pub fn spawn_reloader(
         self: Arc<Self>,
         store: Arc<dyn Store>,
         cancel: CancellationToken,
+        gone: impl Fn(&str) + Send + 'static,
     ) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(RELOAD_PERIOD);
@@ -169,7 +181,10 @@ impl Domains {
                 }
                 let edits = self.edits.load(Ordering::SeqCst);
                 match store.list_domains().await {
-                    Ok(stored) => self.reload_since(edits, &stored),
+                    Ok(stored) => self
+                        .reload_since(edits, &stored)
+                        .iter()
+                        .for_each(|d| gone(d)),
                     Err(e) => warn!(error = %e, "could not reload the stored domains"),
                 }
             }
@@ -208,6 +223,25 @@ mod tests {
         assert!(domains.key("blue").is_some());
         domains.forget("blue");
         assert!(domains.key("blue").is_none());
+    }
+
+    #[test]
+    fn a_reload_reports_domains_removed_elsewhere_unless_configured() {
+        let configured = BTreeSet::from(["cfg".to_string()]);
+        let domains = Domains::new(configured, Some(SealKey::random()));
+        let stored = ["blue", "cfg"].map(|n| domains.seal(n, &secret()).unwrap());
+        domains.reload(&stored);
+        let edits = domains.edits.load(Ordering::SeqCst);
+        assert_eq!(domains.reload_since(edits, &[]), vec!["blue".to_string()]);
+        assert!(domains.stored_names().is_empty());
+        domains.reload(&stored);
+        let before = domains.edits.load(Ordering::SeqCst);
+        domains.learn("red", &secret());
+        assert!(
+            domains.reload_since(before, &[]).is_empty(),
+            "a reload read before a local edit is dropped"
+        );
+        assert!(domains.key("red").is_some());
     }
 
     #[test]

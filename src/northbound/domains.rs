@@ -8,9 +8,9 @@
 //! rotated); removing needs the same and disconnects the domain's nodes.
 //! Where slim-cp differs: removing an unknown domain is NOT_FOUND (the
 //! reference answers OK), a domain of the configuration file cannot be
-//! removed through the API (the file would bring it back), and only the
-//! streams this replica holds are closed at once; nodes on other replicas
-//! are refused when they next register.
+//! removed through the API (the file would bring it back), and the other
+//! replicas close their streams of the domain's nodes when they next reload
+//! the domains (within `RELOAD_PERIOD`).
 
 use std::collections::BTreeMap;
 
@@ -85,7 +85,8 @@ impl Ctx {
                 false => Status::not_found(format!("domain '{name}' not found")),
             });
         }
-        let closed = self.disconnect_group(name).await?;
+        // Other replicas close theirs when they next reload the domains.
+        let closed = self.transport.registry().close_group(name);
         tracing::info!(domain = %name, closed, "domain removed");
         Ok(())
     }
@@ -99,22 +100,6 @@ impl Ctx {
                  (topology.registration_auth.type: shared_secret)",
             )
         })
-    }
-
-    /// Closes the streams this replica holds for nodes of `group`: they
-    /// must register again, and are refused unless another secret of the
-    /// group still admits them.
-    async fn disconnect_group(&self, group: &str) -> Result<usize, Status> {
-        let nodes = self.store.list_nodes().await.map_err(errors::from_store)?;
-        let registry = self.transport.registry();
-        let mut closed = 0;
-        for n in nodes.iter().filter(|n| n.group.as_deref() == Some(group)) {
-            if let Some(stream) = registry.get(&n.id) {
-                stream.close();
-                closed += 1;
-            }
-        }
-        Ok(closed)
     }
 }
 

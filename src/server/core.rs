@@ -112,7 +112,12 @@ impl Core {
         tasks.push(self.health.tick(tokens.cancel.clone()));
         if let Some(domains) = &opts.domains {
             let (store, cancel) = (self.store.clone(), tokens.cancel.clone());
-            tasks.push(domains.clone().spawn_reloader(store, cancel));
+            let registry = self.transport.registry().clone();
+            let gone = move |group: &str| {
+                let closed = registry.close_group(group);
+                info!(domain = %group, closed, "domain removed elsewhere; its streams closed");
+            };
+            tasks.push(domains.clone().spawn_reloader(store, cancel, gone));
         }
         let guard = extra.as_ref().map(|e| e.guard.clone());
         let http_addr = self.serve_http(http, &replica, guard, &tokens, &mut tasks)?;
