@@ -6,6 +6,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use common::{RawNode, mk_register, start_replica};
 use slim_cp::auth::sealing::SealKey;
@@ -207,7 +208,8 @@ async fn bad_domain_calls_are_refused_with_a_reason() {
 
 /// Without shared-secret auth there is nothing to add a secret to (the
 /// reference answers UNIMPLEMENTED too), but listing still shows the
-/// groups of registered nodes; in config mode the API changes nothing.
+/// groups of registered nodes; in config mode the API changes nothing and
+/// stored secrets admit nobody.
 #[tokio::test]
 async fn domains_need_shared_secret_auth_and_api_mode() {
     let cp = start_replica(Options::loopback()).await;
@@ -225,12 +227,30 @@ async fn domains_need_shared_secret_auth_and_api_mode() {
         group: "cloud".into(),
         neighbors: vec!["*".into()],
     }];
-    let config_mode = mk_auth_options(TopologyConfig::Links(star), SealKey::random());
+    let key = [3u8; 32];
+    let config_mode = mk_auth_options(
+        TopologyConfig::Links(star),
+        SealKey::from_bytes(&key).unwrap(),
+    );
     let cp = start_replica(config_mode).await;
     let mut client = mk_client(&cp).await;
     let err = add(&mut client, "blue", STORED).await.unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
     assert_eq!(listed(&mut client).await, vec![("cfg".into(), vec![])]);
+    // One stored while the topology was managed through the API is listed
+    // but, the file being the only source of secrets now, admits nobody.
+    let sealer = Domains::new(Default::default(), Some(SealKey::from_bytes(&key).unwrap()));
+    let stored = sealer
+        .seal("blue", &SharedSecret::new(STORED).unwrap())
+        .unwrap();
+    cp.store.put_domain(stored).await.unwrap();
+    tokio::time::sleep(slim_cp::auth::domains::RELOAD_PERIOD + Duration::from_millis(500)).await;
+    let (_, accepted) = register(&cp, "blue", "n1", STORED).await;
+    assert!(!accepted, "stored secrets admit nobody in config mode");
+    assert_eq!(
+        listed(&mut client).await,
+        vec![("blue".into(), vec![]), ("cfg".into(), vec![])]
+    );
 }
 
 /// On a store with no key to seal with, a secret is never stored in clear:

@@ -6,6 +6,8 @@
 //! never a secret; adding needs API mode and `shared_secret` auth, and
 //! replaces the secret of a domain that exists (that is how a secret is
 //! rotated); removing needs the same and disconnects the domain's nodes.
+//! Stored secrets admit nodes only in API mode; in config mode the file's
+//! secrets alone do (stored domains are still listed).
 //! Where slim-cp differs: removing an unknown domain is NOT_FOUND (the
 //! reference answers OK), a domain of the configuration file cannot be
 //! removed through the API (the file would bring it back), and the other

@@ -110,7 +110,13 @@ impl Core {
             tokens.cancel.clone(),
         ));
         tasks.push(self.health.tick(tokens.cancel.clone()));
-        if let Some(domains) = &opts.domains {
+        // Config mode: the file is the only source of secrets, as in the
+        // reference, which restores stored ones in API mode only.
+        let stored_domains = opts
+            .domains
+            .as_ref()
+            .filter(|_| opts.topology.is_api_mode());
+        if let Some(domains) = stored_domains {
             let (store, cancel) = (self.store.clone(), tokens.cancel.clone());
             let registry = self.transport.registry().clone();
             let gone = move |group: &str| {
