@@ -11,7 +11,7 @@
 #[macro_use]
 mod interop_support;
 
-use interop_support::{CpConfig, Scenario, slimctl_controller_v3};
+use interop_support::{CpConfig, NodeSpec, Scenario, Table, slimctl_controller_v3};
 
 const SECRET: &str = "blue-domain-secret-0123456789abcdef";
 
@@ -78,4 +78,48 @@ fn slimctl_3_is_told_why_a_domain_cannot_be_added() {
     let listed = ctl(&["domain", "list"]);
     assert!(listed.ok(), "{listed}");
     assert_eq!(listed.count(), Some(0), "{listed}");
+}
+
+/// `slimctl` 3.4.6's table for `args`, polled until `check` accepts it.
+fn wait_table(s: &Scenario, args: &[&str], what: &str, check: impl Fn(&Table) -> bool) {
+    let nb = s.cp.northbound_addr();
+    s.wait_for(what, || {
+        let out = slimctl_controller_v3(s.dir.path(), &nb, args);
+        match out.ok() && check(&out.table()) {
+            true => Ok(()),
+            false => Err(out.to_string()),
+        }
+    });
+}
+
+fn node_status(t: &Table, id: &str) -> String {
+    t.find("NODE_ID", id)
+        .map(|row| t.cell(row, "STATUS").to_string())
+        .unwrap_or_default()
+}
+
+/// A real 3.4.6 node signs its registration with the secret of a domain
+/// added through `slimctl` 3.4.6: it is Connected and listed under its
+/// domain; once the domain is removed its stream is closed and it is
+/// refused when it registers again, so it stays NotConnected.
+#[test]
+fn a_3x_node_registers_with_a_domain_secret_added_by_slimctl() {
+    require_upstream_v3!("slim", "slimctl");
+    let mut s = mk_domain_scenario("v3-domain-node");
+    let nb = s.cp.northbound_addr();
+    let added = slimctl_controller_v3(s.dir.path(), &nb, &["domain", "add", "blue", SECRET]);
+    assert!(added.ok(), "{added}");
+    s.start_node(NodeSpec::new("blue", "n1").auth_secret(SECRET));
+    wait_table(&s, &["node", "list"], "blue/n1 Connected", |t| {
+        node_status(t, "blue/n1") == "Connected"
+    });
+    wait_table(&s, &["domain", "list"], "blue/n1 under blue", |t| {
+        t.find("DOMAIN", "blue")
+            .is_some_and(|row| t.cell(row, "NODES") == "blue/n1")
+    });
+    let removed = slimctl_controller_v3(s.dir.path(), &nb, &["domain", "remove", "blue"]);
+    assert!(removed.ok(), "{removed}");
+    wait_table(&s, &["node", "list"], "blue/n1 NotConnected", |t| {
+        node_status(t, "blue/n1") == "NotConnected"
+    });
 }
