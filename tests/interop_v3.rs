@@ -2,9 +2,9 @@
 //! domains included, against `slim-cp serve` on the same listener the
 //! 2.0.0-alpha.2 slimctl uses.
 //!
-//! Needs the 3.4.6 binaries in `~/.cache/slim-cp/upstream/3.4.6/bin` (or
-//! `$SLIM_UPSTREAM_DIR/3.4.6/bin`); without them each test prints one skip
-//! line (and fails in CI).
+//! Needs `scripts/install-upstream.sh --line 3 slim slimctl` (binaries in
+//! `~/.cache/slim-cp/upstream/3.4.6/bin` or `$SLIM_UPSTREAM_DIR/3.4.6/bin`);
+//! without them each test prints one skip line (and fails in CI).
 
 // `require_upstream!` (the 2.0.0-alpha.2 binaries) is not used here.
 #[allow(unused_macros)]

@@ -101,24 +101,31 @@ pub fn upstream(name: &str) -> PathBuf {
 /// and panics instead in CI, where a missing binary must fail the run
 /// rather than pass it silently.
 pub fn upstream_available(name: &str) -> bool {
-    available(upstream_bin(name).is_some(), name)
+    available(
+        upstream_bin(name).is_some(),
+        name,
+        "scripts/install-upstream.sh",
+    )
 }
 
 /// [`upstream_available`] for a SLIM 3.x binary.
 pub fn upstream_v3_available(name: &str) -> bool {
-    available(upstream_bin_v3(name).is_some(), &format!("{V3} {name}"))
+    let what = format!("{V3} {name}");
+    available(
+        upstream_bin_v3(name).is_some(),
+        &what,
+        "scripts/install-upstream.sh --line 3",
+    )
 }
 
-fn available(found: bool, what: &str) -> bool {
+fn available(found: bool, what: &str, install: &str) -> bool {
     if found {
         return true;
     }
     if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!(
-            "upstream {what} not installed (run scripts/install-upstream.sh); with CI=true that fails the test"
-        );
+        panic!("upstream {what} not installed (run {install}); with CI=true that fails the test");
     }
-    println!("skipped: upstream {what} not installed (run scripts/install-upstream.sh)");
+    println!("skipped: upstream {what} not installed (run {install})");
     false
 }
 
