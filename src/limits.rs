@@ -14,6 +14,9 @@ pub const MAX_NAME_COMPONENT_BYTES: usize = 256;
 pub const MAX_ENDPOINT_BYTES: usize = 1024;
 /// One connection detail's metadata, as JSON, in bytes.
 pub const MAX_METADATA_BYTES: usize = 16 * 1024;
+/// A registration-auth domain's shared secret, in bytes: far above any
+/// generated secret, low enough that nobody stores a file by mistake.
+pub const MAX_SECRET_BYTES: usize = 1024;
 /// Connection details (listeners) one node reports.
 pub const MAX_CONNECTION_DETAILS: usize = 64;
 /// Entries (connections or routes) in one registration or one command

@@ -109,6 +109,30 @@ fn bad_configuration_is_refused_with_key_and_line() {
     );
 }
 
+/// Scenario: a malformed key for sealing domain secrets stops the start,
+/// naming the variable and never quoting the value.
+#[test]
+fn a_malformed_domain_secret_key_is_refused() {
+    let (nb, sb) = (free_port(), free_port());
+    let auth = "topology:\n  registration_auth: {type: shared_secret, secrets: {}}\n";
+    let path = write_config(&config(
+        nb,
+        sb,
+        &format!("database: {{type: in_memory}}\n{auth}"),
+    ));
+    let out = slim_cp(&["serve", "--config", &path.0.display().to_string()])
+        .env("SLIM_CP_DOMAIN_SECRET_KEY", "c2hvcnQta2V5")
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let said = text(&out);
+    assert!(
+        said.contains("SLIM_CP_DOMAIN_SECRET_KEY decodes to 9 bytes"),
+        "{said}"
+    );
+    assert!(!said.contains("c2hvcnQta2V5"), "{said}");
+}
+
 /// A replica of a cluster on `db`, its relay on loopback.
 fn clustered(nb: u16, sb: u16, db: &str, id: &str) -> String {
     let relay = free_port();

@@ -59,7 +59,7 @@ async fn mk_spire_replica(bundle: &BundleFile) -> Running {
         },
         audience: "slim".into(),
     };
-    let auth = slim_cp::auth::authenticator(Some(&cfg)).expect("spire auth starts");
+    let auth = slim_cp::auth::authenticator(Some(&cfg), None).expect("spire auth starts");
     start_replica(Options {
         auth,
         ..Options::loopback()

@@ -5,10 +5,14 @@
 //! SPIRE ([`spire::SpireAuth`]) checks a JWT-SVID against SPIFFE trust
 //! bundles and requires its trust domain to be the node's group.
 
+pub mod domains;
+pub mod sealing;
 mod shared_secret;
 pub mod spire;
 
 use std::sync::Arc;
+
+pub use domains::Domains;
 
 pub use shared_secret::{
     CLOCK_SKEW_SECS, Rejection, SharedSecretAuth, TOKEN_VALIDITY_SECS, mint_token,
@@ -39,19 +43,41 @@ pub enum AuthSetupError {
 }
 
 /// The authenticator for `cfg`: none configured accepts every node (the
-/// reference's default), shared secrets check each node's token, SPIRE
-/// each node's JWT-SVID (started on the current Tokio runtime).
+/// reference's default), shared secrets check each node's token (against
+/// the configured secrets and those of `domains`), SPIRE each node's
+/// JWT-SVID (started on the current Tokio runtime).
 pub fn authenticator(
     cfg: Option<&RegistrationAuthConfig>,
+    domains: Option<Arc<Domains>>,
 ) -> Result<Arc<dyn Authenticator>, AuthSetupError> {
     match cfg {
         None => Ok(Arc::new(AcceptAll)),
         Some(RegistrationAuthConfig::SharedSecret { secrets }) => {
-            Ok(Arc::new(SharedSecretAuth::new(secrets.clone())))
+            let auth = SharedSecretAuth::new(secrets.clone());
+            Ok(Arc::new(match domains {
+                Some(d) => auth.with_domains(d),
+                None => auth,
+            }))
         }
         Some(RegistrationAuthConfig::Spire { bundles, audience }) => Ok(Arc::new(
             spire::SpireAuth::start(bundles, audience, spire::Timing::default())?,
         )),
+    }
+}
+
+/// The API-managed domains for `cfg`: only shared-secret auth has any
+/// (the reference refuses `AddDomain` under SPIRE or without auth, and so
+/// does slim-cp). `seal` is the key stored secrets are sealed with.
+pub fn domains(
+    cfg: Option<&RegistrationAuthConfig>,
+    seal: Option<sealing::SealKey>,
+) -> Option<Arc<Domains>> {
+    match cfg {
+        Some(RegistrationAuthConfig::SharedSecret { secrets }) => Some(Arc::new(Domains::new(
+            secrets.keys().cloned().collect(),
+            seal,
+        ))),
+        _ => None,
     }
 }
 
@@ -84,7 +110,7 @@ mod tests {
 
     #[test]
     fn none_accepts_everyone() {
-        let auth = authenticator(None).unwrap();
+        let auth = authenticator(None, None).unwrap();
         assert!(auth.verify(&request("")).is_ok());
     }
 
@@ -92,7 +118,7 @@ mod tests {
     fn shared_secret_checks_tokens_against_the_wall_clock() {
         let secrets = BTreeMap::from([("g".to_string(), SharedSecret::new(SECRET).unwrap())]);
         let cfg = RegistrationAuthConfig::SharedSecret { secrets };
-        let auth = authenticator(Some(&cfg)).unwrap();
+        let auth = authenticator(Some(&cfg), None).unwrap();
         let now = u64::try_from(crate::clock::unix_now()).unwrap();
         assert!(
             auth.verify(&request(&mint_token("g", "n1", SECRET, now)))
@@ -110,7 +136,7 @@ mod tests {
             },
             audience: "slim".into(),
         };
-        let err = authenticator(Some(&cfg)).err().unwrap().to_string();
+        let err = authenticator(Some(&cfg), None).err().unwrap().to_string();
         assert!(
             err.starts_with("topology.registration_auth.bundle_path"),
             "{err}"
@@ -126,7 +152,7 @@ mod tests {
             },
             audience: "slim".into(),
         };
-        let err = authenticator(Some(&cfg)).err().unwrap();
+        let err = authenticator(Some(&cfg), None).err().unwrap();
         assert_eq!(err, AuthSetupError::NoRuntime);
     }
 }

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
@@ -17,13 +18,14 @@ use rand::Rng;
 use rand::distr::Alphanumeric;
 use sha2::Sha256;
 
+use super::domains::Domains;
 use super::quoted;
 use crate::config::SharedSecret;
 use crate::proto::sb;
 use crate::southbound::auth::Authenticator;
 use crate::southbound::handshake::group_of;
 
-type HmacSha256 = Hmac<Sha256>;
+pub(crate) type HmacSha256 = Hmac<Sha256>;
 
 /// How far a token's timestamp may be ahead of our clock (the nodes'
 /// verifier tolerates the same skew).
@@ -44,8 +46,8 @@ pub enum Rejection {
     /// The node sent no token (2.0.0-alpha.2 nodes never do).
     #[error("the node sent no credentials, but registration auth is on for group {0:?}")]
     NoCredentials(String),
-    /// No secret is configured for the claimed group.
-    #[error("no shared secret is configured for group {0:?}")]
+    /// No secret is configured or stored (`AddDomain`) for the group.
+    #[error("no shared secret is configured or added as a domain for group {0:?}")]
     UnknownGroup(String),
     /// The token does not have the `id:ts:nonce:claims:mac` shape.
     #[error("malformed token: {0}")]
@@ -77,10 +79,14 @@ pub enum Rejection {
     },
 }
 
-/// Verifies tokens against one secret per group.
+/// Verifies tokens against the secrets of each group: the configured one
+/// and, when domains are managed through the API, the stored one. A token
+/// that verifies under either is accepted (two secrets for one group let
+/// an operator rotate without restarting nodes all at once).
 pub struct SharedSecretAuth {
     /// The HMAC state keyed with each group's secret, ready to clone.
     keys: BTreeMap<String, HmacSha256>,
+    stored: Option<Arc<Domains>>,
 }
 
 impl fmt::Debug for SharedSecretAuth {
@@ -98,7 +104,13 @@ impl SharedSecretAuth {
             .into_iter()
             .map(|(group, secret)| (group, keyed(secret.expose().as_bytes())))
             .collect();
-        Self { keys }
+        Self { keys, stored: None }
+    }
+
+    /// Also accept the secrets of the domains stored through the API.
+    pub fn with_domains(mut self, domains: Arc<Domains>) -> Self {
+        self.stored = Some(domains);
+        self
     }
 
     /// Checks that `credentials` prove `node` belongs to `group`, as of
@@ -114,13 +126,19 @@ impl SharedSecretAuth {
         if credentials.is_empty() {
             return Err(Rejection::NoCredentials(quoted(group)));
         }
-        let key = self
+        let keys: Vec<HmacSha256> = self
             .keys
             .get(group)
-            .ok_or_else(|| Rejection::UnknownGroup(quoted(group)))?;
+            .cloned()
+            .into_iter()
+            .chain(self.stored.as_ref().and_then(|d| d.key(group)))
+            .collect();
+        if keys.is_empty() {
+            return Err(Rejection::UnknownGroup(quoted(group)));
+        }
         let token = Token::parse(credentials)?;
         // Signature first: only an authentic token earns a precise reason.
-        token.check_mac(key, group)?;
+        token.check_mac_any(&keys, group)?;
         check_age(token.ts, now)?;
         check_identity(token.id, group, node)?;
         check_claims(token.claims)
@@ -178,6 +196,18 @@ impl<'a> Token<'a> {
             claims,
             mac,
         })
+    }
+
+    /// The MAC verifies under one of `keys`.
+    fn check_mac_any(&self, keys: &[HmacSha256], group: &str) -> Result<(), Rejection> {
+        let mut last = Rejection::BadSignature(quoted(group));
+        for key in keys {
+            match self.check_mac(key, group) {
+                Ok(()) => return Ok(()),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
     }
 
     /// Constant-time comparison (`verify_slice`), so that response timing
@@ -266,7 +296,7 @@ pub fn mint_token(group: &str, node: &str, secret: &str, now_unix: u64) -> Strin
     format!("{signed}:{tag}")
 }
 
-fn keyed(secret: &[u8]) -> HmacSha256 {
+pub(crate) fn keyed(secret: &[u8]) -> HmacSha256 {
     // HMAC hashes long keys and pads short ones: no length is refused.
     HmacSha256::new_from_slice(secret).expect("HMAC-SHA256 accepts keys of any length")
 }

@@ -91,6 +91,36 @@ fn unknown_group() {
     );
 }
 
+/// A group with a configured and a stored secret takes tokens under
+/// either; a stored domain alone is a group like any other.
+#[test]
+fn stored_domain_secrets_are_accepted_beside_configured_ones() {
+    let domains = Arc::new(Domains::new(Default::default(), None));
+    let stored = |s: &str| SharedSecret::new(s).unwrap();
+    domains.learn("g", &stored(OTHER));
+    domains.learn("x", &stored(OTHER));
+    let auth = auth().with_domains(domains.clone());
+    for (group, secret) in [("g", SECRET), ("g", OTHER), ("x", OTHER)] {
+        let token = mint_token(group, "n1", secret, NOW);
+        assert_eq!(
+            auth.check(Some(group), "n1", &token, NOW),
+            Ok(()),
+            "{group}"
+        );
+    }
+    let wrong = mint_token("x", "n1", SECRET, NOW);
+    assert_eq!(
+        auth.check(Some("x"), "n1", &wrong, NOW),
+        Err(Rejection::BadSignature("x".into()))
+    );
+    domains.forget("x");
+    let token = mint_token("x", "n1", OTHER, NOW);
+    assert_eq!(
+        auth.check(Some("x"), "n1", &token, NOW),
+        Err(Rejection::UnknownGroup("x".into()))
+    );
+}
+
 #[test]
 fn token_for_another_group() {
     // Minted with group h's secret, presented in group g.

@@ -2,6 +2,7 @@
 //! controller` calls it. Listings come from the store; a node's live
 //! connections and routes are asked of the node through the transport.
 
+mod domains;
 mod errors;
 pub mod listing;
 mod topology;
@@ -28,6 +29,9 @@ pub struct Ctx {
     pub transport: Arc<Transport>,
     pub topology: TopologyConfig,
     pub signals: Arc<dyn Signals>,
+    /// The API-managed registration domains; `None` without shared-secret
+    /// registration auth.
+    pub domains: Option<Arc<crate::auth::Domains>>,
 }
 
 impl Ctx {
@@ -230,5 +234,31 @@ impl nb::control_plane_service_server::ControlPlaneService for Northbound {
             .remove_topology_link(&r.group_a, &r.group_b, &r.segment)
             .await?;
         Ok(Response::new(nb::RemoveTopologyLinkResponse {}))
+    }
+
+    async fn list_domains(
+        &self,
+        _request: Request<nb::ListDomainsRequest>,
+    ) -> Result<Response<nb::ListDomainsResponse>, Status> {
+        let domains = self.ctx.list_domains().await?;
+        Ok(Response::new(nb::ListDomainsResponse { domains }))
+    }
+
+    async fn add_domain(
+        &self,
+        request: Request<nb::AddDomainRequest>,
+    ) -> Result<Response<nb::AddDomainResponse>, Status> {
+        let r = request.into_inner();
+        self.ctx.add_domain(&r.domain_name, &r.secret).await?;
+        Ok(Response::new(nb::AddDomainResponse {}))
+    }
+
+    async fn remove_domain(
+        &self,
+        request: Request<nb::RemoveDomainRequest>,
+    ) -> Result<Response<nb::RemoveDomainResponse>, Status> {
+        let name = request.into_inner().domain_name;
+        self.ctx.remove_domain(&name).await?;
+        Ok(Response::new(nb::RemoveDomainResponse {}))
     }
 }

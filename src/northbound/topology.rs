@@ -33,7 +33,7 @@ pub fn check_name(what: &str, value: &str) -> Result<(), Status> {
 }
 
 impl Ctx {
-    fn ensure_api_mode(&self) -> Result<(), Status> {
+    pub(super) fn ensure_api_mode(&self) -> Result<(), Status> {
         if self.topology.is_api_mode() {
             return Ok(());
         }

@@ -110,6 +110,21 @@ impl Core {
             tokens.cancel.clone(),
         ));
         tasks.push(self.health.tick(tokens.cancel.clone()));
+        // Config mode: the file is the only source of secrets, as in the
+        // reference, which restores stored ones in API mode only.
+        let stored_domains = opts
+            .domains
+            .as_ref()
+            .filter(|_| opts.topology.is_api_mode());
+        if let Some(domains) = stored_domains {
+            let (store, cancel) = (self.store.clone(), tokens.cancel.clone());
+            let registry = self.transport.registry().clone();
+            let gone = move |group: &str| {
+                let closed = registry.close_group(group);
+                info!(domain = %group, closed, "domain removed elsewhere; its streams closed");
+            };
+            tasks.push(domains.clone().spawn_reloader(store, cancel, gone));
+        }
         let guard = extra.as_ref().map(|e| e.guard.clone());
         let http_addr = self.serve_http(http, &replica, guard, &tokens, &mut tasks)?;
         let (relay_addr, failure) = attach(extra, relay, replica, &tokens.relay, &mut tasks)?;
@@ -170,6 +185,7 @@ impl Core {
             transport: self.transport.clone(),
             topology: opts.topology.clone(),
             signals: self.signals.clone(),
+            domains: opts.domains.clone(),
         });
         let (stop, cancel) = (&tokens.stop_accepting, &tokens.cancel);
         let sb = listen::southbound(

@@ -21,6 +21,7 @@ pub use listen::Sockets;
 pub use running::Running;
 
 use self::core::Core;
+use crate::auth::Domains;
 use crate::cluster::admin::Backing;
 use crate::cluster::{Identity, Inbox, Leadership};
 use crate::config::{DrainConfig, ReconcilerConfig, TopologyConfig};
@@ -46,6 +47,10 @@ pub struct Options {
     pub reconciler: ReconcilerConfig,
     pub drain: DrainConfig,
     pub auth: Arc<dyn Authenticator>,
+    /// The registration-auth domains managed through the API; `None`
+    /// unless registration auth is `shared_secret` (then `auth` accepts
+    /// their secrets too).
+    pub domains: Option<Arc<Domains>>,
     /// TLS for the operator API; `None` serves plaintext.
     pub northbound_tls: Option<ServerTlsConfig>,
     /// TLS for node streams; `None` serves plaintext.
@@ -69,6 +74,7 @@ impl Options {
             reconciler: ReconcilerConfig::default(),
             drain: DrainConfig::default(),
             auth: Arc::new(AcceptAll),
+            domains: None,
             northbound_tls: None,
             southbound_tls: None,
         }

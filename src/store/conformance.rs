@@ -12,9 +12,14 @@ use super::{ChangeSet, Store};
 use crate::store::StoreError;
 
 mod claims;
+mod domains;
 mod late;
 mod retire;
 pub use claims::{link_claims_round_trip, now_is_the_clock_of_the_stamps};
+pub use domains::{
+    adding_a_domain_again_replaces_its_secret, domains_round_trip_in_name_order,
+    removing_a_domain_says_whether_it_existed,
+};
 pub use late::a_late_registration_never_replaces_a_newer_one;
 pub use retire::retired_links_go_only_while_their_source_is_away;
 
@@ -52,7 +57,10 @@ macro_rules! store_conformance_tests {
             link_claims_round_trip,
             now_is_the_clock_of_the_stamps,
             retired_links_go_only_while_their_source_is_away,
-            a_late_registration_never_replaces_a_newer_one
+            a_late_registration_never_replaces_a_newer_one,
+            domains_round_trip_in_name_order,
+            adding_a_domain_again_replaces_its_secret,
+            removing_a_domain_says_whether_it_existed
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

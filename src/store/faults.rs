@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::model::{
-    DepartureKind, DesiredState, Link, LinkAnswer, Name, NodeRecord, Registration, ReplicaRef,
-    Route, RouteMark, Segment, Template,
+    DepartureKind, DesiredState, Domain, Link, LinkAnswer, Name, NodeRecord, Registration,
+    ReplicaRef, Route, RouteMark, Segment, Template,
 };
 use super::{ChangeSet, SessionStart, Store, StoreError};
 
@@ -88,6 +88,9 @@ delegate! {
     fn remove_segment(&self, name: &str) -> bool;
     fn add_segment_edge(&self, segment: &str, a: &str, b: &str) -> bool;
     fn remove_segment_edge(&self, segment: &str, a: &str, b: &str) -> bool;
+    fn list_domains(&self) -> Vec<Domain>;
+    fn put_domain(&self, domain: Domain) -> bool;
+    fn remove_domain(&self, name: &str) -> bool;
     fn apply(&self, changes: ChangeSet) -> ();
     fn links_touching(&self, node: &str) -> Vec<Link>;
     fn routes_sourced(&self, node: &str) -> Vec<Route>;

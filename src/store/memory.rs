@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::model::{
-    Departure, DepartureKind, DesiredState, Link, LinkAnswer, LinkStatus, Name, NodeRecord,
+    Departure, DepartureKind, DesiredState, Domain, Link, LinkAnswer, LinkStatus, Name, NodeRecord,
     Registration, ReplicaRef, Route, RouteMark, Segment, Session, SessionState, Template, edge,
 };
 use super::{ChangeSet, SessionStart, Store, StoreError};
@@ -23,6 +23,8 @@ struct State {
     links: BTreeMap<String, Link>,
     routes: BTreeMap<String, Route>,
     segments: BTreeMap<String, BTreeSet<(String, String)>>,
+    /// Domain name to sealed secret.
+    domains: BTreeMap<String, Vec<u8>>,
     /// Last generation and template sequence issued.
     generation: u64,
     seq: u64,
@@ -329,6 +331,27 @@ impl Store for MemoryStore {
         b: &str,
     ) -> Result<bool, StoreError> {
         Ok(self.lock().segment(segment)?.remove(&edge(a, b)))
+    }
+
+    async fn list_domains(&self) -> Result<Vec<Domain>, StoreError> {
+        let st = self.lock();
+        Ok(st
+            .domains
+            .iter()
+            .map(|(name, sealed)| Domain {
+                name: name.clone(),
+                sealed: sealed.clone(),
+            })
+            .collect())
+    }
+
+    async fn put_domain(&self, domain: Domain) -> Result<bool, StoreError> {
+        let mut st = self.lock();
+        Ok(st.domains.insert(domain.name, domain.sealed).is_none())
+    }
+
+    async fn remove_domain(&self, name: &str) -> Result<bool, StoreError> {
+        Ok(self.lock().domains.remove(name).is_some())
     }
 
     async fn apply(&self, changes: ChangeSet) -> Result<(), StoreError> {

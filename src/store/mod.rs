@@ -20,8 +20,8 @@ use uuid::Uuid;
 
 pub use memory::{MemoryStore, chosen_or_new, sent_status, still_away};
 use model::{
-    DepartureKind, DesiredState, Link, Name, NodeRecord, Registration, ReplicaRef, Route, Segment,
-    Session, Template,
+    DepartureKind, DesiredState, Domain, Link, Name, NodeRecord, Registration, ReplicaRef, Route,
+    Segment, Session, Template,
 };
 pub use postgres::{PgStore, SetupError};
 pub use retry::retry_until;
@@ -233,6 +233,18 @@ pub trait Store: Send + Sync + 'static {
         a: &str,
         b: &str,
     ) -> Result<bool, StoreError>;
+
+    /// Every registration-auth domain with its sealed secret, ordered by
+    /// name (byte order). The sealed bytes are for the authenticator only.
+    async fn list_domains(&self) -> Result<Vec<Domain>, StoreError>;
+
+    /// Stores `domain`, replacing the sealed secret of one of that name
+    /// (the reference's `AddDomain` is an upsert: it rotates a secret).
+    /// Returns true if the domain is new.
+    async fn put_domain(&self, domain: Domain) -> Result<bool, StoreError>;
+
+    /// Deletes the domain. Returns whether it existed.
+    async fn remove_domain(&self, name: &str) -> Result<bool, StoreError>;
 
     /// Applies every change of the batch, all or nothing. Deleting what does
     /// not exist, or consuming a claim a node does not hold, is no error.

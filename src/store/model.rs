@@ -270,3 +270,22 @@ pub fn edge(a: &str, b: &str) -> (String, String) {
         (b.to_string(), a.to_string())
     }
 }
+
+/// A registration-auth domain (a group with a secret managed through the
+/// API) as stored: the secret only sealed (see `crate::auth::domains`), so
+/// that whoever reads the table or a backup cannot register nodes with it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Domain {
+    pub name: String,
+    /// The sealed secret: opaque to the store, never shown to operators.
+    pub sealed: Vec<u8>,
+}
+
+impl std::fmt::Debug for Domain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Domain")
+            .field("name", &self.name)
+            .field("sealed", &format_args!("<{} bytes>", self.sealed.len()))
+            .finish()
+    }
+}

@@ -74,6 +74,22 @@ impl Registry {
         self.len() == 0
     }
 
+    /// Closes the streams of `group`'s nodes (their ids are `group/node`),
+    /// whose registration auth was withdrawn: they must register again.
+    /// Returns how many there were.
+    pub fn close_group(&self, group: &str) -> usize {
+        let members: Vec<_> = self
+            .lock()
+            .values()
+            .filter(|s| s.node().split_once('/').is_some_and(|(g, _)| g == group))
+            .cloned()
+            .collect();
+        for s in &members {
+            s.close();
+        }
+        members.len()
+    }
+
     /// Closes every stream (shutdown): their nodes reconnect elsewhere.
     pub fn close_all(&self) {
         let all: Vec<_> = self.lock().drain().map(|(_, s)| s).collect();

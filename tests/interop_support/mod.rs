@@ -29,7 +29,9 @@ pub use control_plane::{ControlPlane, CpConfig, CpKind};
 pub use node::{NodeSpec, SlimNode};
 pub use process::Proc;
 pub use scenario::Scenario;
-pub use slimctl::{CtlOutput, Table, slimctl, slimctl_controller, spawn_slimctl};
+pub use slimctl::{
+    CtlOutput, Table, slimctl, slimctl_controller, slimctl_controller_v3, spawn_slimctl,
+};
 
 /// Bound for anything that happens promptly on a healthy machine. Generous
 /// because CI machines are slow and several tests run at once.
@@ -47,15 +49,45 @@ macro_rules! require_upstream {
     };
 }
 
+/// [`require_upstream!`] for SLIM 3.x binaries (see [`upstream_bin_v3`]).
+// Only the 3.x test binaries use it.
+#[allow(unused_macros)]
+macro_rules! require_upstream_v3 {
+    ($($name:literal),+ $(,)?) => {
+        $(
+            if !$crate::interop_support::upstream_v3_available($name) {
+                return;
+            }
+        )+
+    };
+}
+
 /// Where an upstream binary is: `$SLIM_UPSTREAM_DIR/bin`, then the
 /// default cache `~/.cache/slim-cp/upstream/bin` (the install script's).
 pub fn upstream_bin(name: &str) -> Option<PathBuf> {
+    upstream_bin_in("bin", name)
+}
+
+/// The SLIM 3.x release the `_v3` helpers run.
+pub const V3: &str = "3.4.6";
+
+/// Where a SLIM 3.x binary is: the same roots as [`upstream_bin`], in
+/// their `3.4.6/bin` folder.
+pub fn upstream_bin_v3(name: &str) -> Option<PathBuf> {
+    upstream_bin_in(&format!("{V3}/bin"), name)
+}
+
+fn upstream_bin_in(folder: &str, name: &str) -> Option<PathBuf> {
     let mut dirs = Vec::new();
     if let Some(root) = std::env::var_os("SLIM_UPSTREAM_DIR").filter(|d| !d.is_empty()) {
-        dirs.push(PathBuf::from(root).join("bin"));
+        dirs.push(PathBuf::from(root).join(folder));
     }
     if let Some(home) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
-        dirs.push(PathBuf::from(home).join(".cache/slim-cp/upstream/bin"));
+        dirs.push(
+            PathBuf::from(home)
+                .join(".cache/slim-cp/upstream")
+                .join(folder),
+        );
     }
     dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file())
 }
@@ -69,16 +101,31 @@ pub fn upstream(name: &str) -> PathBuf {
 /// and panics instead in CI, where a missing binary must fail the run
 /// rather than pass it silently.
 pub fn upstream_available(name: &str) -> bool {
-    if upstream_bin(name).is_some() {
+    available(
+        upstream_bin(name).is_some(),
+        name,
+        "scripts/install-upstream.sh",
+    )
+}
+
+/// [`upstream_available`] for a SLIM 3.x binary.
+pub fn upstream_v3_available(name: &str) -> bool {
+    let what = format!("{V3} {name}");
+    available(
+        upstream_bin_v3(name).is_some(),
+        &what,
+        "scripts/install-upstream.sh --line 3",
+    )
+}
+
+fn available(found: bool, what: &str, install: &str) -> bool {
+    if found {
         return true;
     }
-    let line = format!("skipped: upstream {name} not installed (run scripts/install-upstream.sh)");
     if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!(
-            "upstream {name} not installed (run scripts/install-upstream.sh); with CI=true that fails the test"
-        );
+        panic!("upstream {what} not installed (run {install}); with CI=true that fails the test");
     }
-    println!("{line}");
+    println!("skipped: upstream {what} not installed (run {install})");
     false
 }
 

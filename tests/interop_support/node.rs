@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use super::{Proc, free_port, upstream};
+use super::{Proc, free_port, upstream, upstream_bin_v3};
 
 /// How to configure a `slim` node.
 #[derive(Clone, Debug)]
@@ -25,6 +25,12 @@ pub struct NodeSpec {
     /// Static same-group peers: (their node id, their data-plane port).
     pub peers: Vec<(String, u16)>,
     pub log_level: String,
+    /// Run the SLIM 3.x `slim` (see `upstream_bin_v3`), whose config names
+    /// the group `domain_name`.
+    pub v3: bool,
+    /// 3.x only: sign the registration with this shared secret
+    /// (`auth: {type: shared_secret}` of the service).
+    pub auth_secret: Option<String>,
 }
 
 impl NodeSpec {
@@ -37,7 +43,22 @@ impl NodeSpec {
             local_api: false,
             peers: Vec::new(),
             log_level: "debug".into(),
+            v3: false,
+            auth_secret: None,
         }
+    }
+
+    /// A SLIM 3.x node.
+    pub fn v3(mut self) -> NodeSpec {
+        self.v3 = true;
+        self
+    }
+
+    /// A SLIM 3.x node registering with a token under `secret`.
+    pub fn auth_secret(mut self, secret: &str) -> NodeSpec {
+        self.v3 = true;
+        self.auth_secret = Some(secret.to_string());
+        self
     }
 
     pub fn port(mut self, port: u16) -> NodeSpec {
@@ -79,7 +100,13 @@ impl NodeSpec {
             self.log_level, self.id
         );
         if let Some(g) = &self.group {
-            y.push_str(&format!("    group_name: \"{g}\"\n"));
+            let key = if self.v3 { "domain_name" } else { "group_name" };
+            y.push_str(&format!("    {key}: \"{g}\"\n"));
+        }
+        if let Some(secret) = &self.auth_secret {
+            y.push_str(&format!(
+                "    auth:\n      type: shared_secret\n      secret: \"{secret}\"\n"
+            ));
         }
         // `insecure: true` on the server matters beyond TLS: without it the
         // node reports SPIRE mTLS connection details to the control plane.
@@ -136,7 +163,7 @@ impl SlimNode {
         std::fs::write(&config, spec.yaml(dataplane, local_api, southbound_url))
             .expect("write node config");
         let log = dir.join(format!("{stem}.log"));
-        let proc = Proc::spawn(&stem, Self::command(&config, dir), &log);
+        let proc = Proc::spawn(&stem, Self::command(spec.v3, &config, dir), &log);
         let mut node = SlimNode {
             spec,
             dataplane,
@@ -148,8 +175,12 @@ impl SlimNode {
         node
     }
 
-    fn command(config: &Path, dir: &Path) -> Command {
-        let mut cmd = Command::new(upstream("slim"));
+    fn command(v3: bool, config: &Path, dir: &Path) -> Command {
+        let bin = match v3 {
+            true => upstream_bin_v3("slim").expect("the test required slim 3.x"),
+            false => upstream("slim"),
+        };
+        let mut cmd = Command::new(bin);
         cmd.arg("--config").arg(config).current_dir(dir);
         cmd
     }
@@ -186,7 +217,8 @@ impl SlimNode {
         let dir = self.config.parent().expect("config dir").to_path_buf();
         let log = self.proc.log_path().to_path_buf();
         let name = self.proc.name().to_string();
-        self.proc = Proc::spawn(&name, Self::command(&self.config, &dir), &log);
+        let cmd = Self::command(self.spec.v3, &self.config, &dir);
+        self.proc = Proc::spawn(&name, cmd, &log);
         self.proc.wait_listening(self.dataplane);
     }
 

@@ -22,7 +22,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{Proc, upstream};
+use super::{Proc, upstream, upstream_bin_v3};
 
 /// A command's whole result, printable for failure reports.
 #[derive(Clone, Debug)]
@@ -191,6 +191,10 @@ const CTL_TIMEOUT: Duration = Duration::from_secs(10);
 /// `~/.slimctl/config.yaml` or `./config.yaml` of the machine leaks in.
 /// Killed if it outlives its own timeout.
 pub fn slimctl(dir: &Path, args: &[&str]) -> CtlOutput {
+    run(base_command(&upstream("slimctl"), dir), dir, args)
+}
+
+fn run(mut command: Command, dir: &Path, args: &[&str]) -> CtlOutput {
     let n = {
         static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -199,7 +203,7 @@ pub fn slimctl(dir: &Path, args: &[&str]) -> CtlOutput {
     // deadline while draining two pipes needs threads; files do not.
     let out_path = dir.join(format!("slimctl-{n}.out"));
     let err_path = dir.join(format!("slimctl-{n}.err"));
-    let mut child = base_command(dir)
+    let mut child = command
         .args(args)
         .stdin(Stdio::null())
         .stdout(File::create(&out_path).expect("create slimctl stdout"))
@@ -235,21 +239,34 @@ pub fn slimctl(dir: &Path, args: &[&str]) -> CtlOutput {
 
 /// `slimctl controller --server <northbound> <args>`.
 pub fn slimctl_controller(dir: &Path, northbound: &str, args: &[&str]) -> CtlOutput {
+    let all = controller_args(northbound, args);
+    slimctl(dir, &all.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// [`slimctl_controller`] with the SLIM 3.x slimctl (its `--server` and
+/// `--timeout` are global flags, accepted after `controller` too).
+pub fn slimctl_controller_v3(dir: &Path, northbound: &str, args: &[&str]) -> CtlOutput {
+    let bin = upstream_bin_v3("slimctl").expect("the test required slimctl 3.x");
+    let all = controller_args(northbound, args);
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    run(base_command(&bin, dir), dir, &all)
+}
+
+fn controller_args(northbound: &str, args: &[&str]) -> Vec<String> {
     let timeout = format!("{}s", CTL_TIMEOUT.as_secs());
-    let mut all = vec!["controller", "--server", northbound, "--timeout", &timeout];
-    all.extend_from_slice(args);
-    slimctl(dir, &all)
+    let head = ["controller", "--server", northbound, "--timeout", &timeout];
+    head.iter().chain(args).map(|a| a.to_string()).collect()
 }
 
 /// A long-running slimctl (e.g. `bench sub`), logging to `<dir>/<name>.log`.
 pub fn spawn_slimctl(dir: &Path, name: &str, args: &[&str]) -> Proc {
-    let mut cmd = base_command(dir);
+    let mut cmd = base_command(&upstream("slimctl"), dir);
     cmd.args(args);
     Proc::spawn(name, cmd, &dir.join(format!("{name}.log")))
 }
 
-fn base_command(dir: &Path) -> Command {
-    let mut cmd = Command::new(upstream("slimctl"));
+fn base_command(bin: &Path, dir: &Path) -> Command {
+    let mut cmd = Command::new(bin);
     cmd.current_dir(dir)
         .env("HOME", dir)
         .env("RUST_BACKTRACE", "0")

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
+use slim_cp::auth::sealing::SealKey;
 use slim_cp::config::{Config, DatabaseConfig};
 use slim_cp::server::{self, Options};
 use slim_cp::server::{Running, Sockets};
@@ -85,7 +86,9 @@ fn options(config: &Config) -> Result<Options> {
     let mut opts = Options::loopback();
     opts.northbound_tls = slim_cp::tls::server_tls(&config.northbound.tls, "northbound")?;
     opts.southbound_tls = slim_cp::tls::server_tls(&config.southbound.tls, "southbound")?;
-    opts.auth = slim_cp::auth::authenticator(config.topology.registration_auth.as_ref())?;
+    let auth_cfg = config.topology.registration_auth.as_ref();
+    opts.domains = slim_cp::auth::domains(auth_cfg, seal_key(config)?);
+    opts.auth = slim_cp::auth::authenticator(auth_cfg, opts.domains.clone())?;
     opts.northbound = config.northbound.socket_addr()?;
     opts.southbound = config.southbound.socket_addr()?;
     opts.topology = config.topology.mode.clone();
@@ -133,6 +136,22 @@ async fn start(config: &Config, no_migrate: bool) -> Result<Running> {
     server::start_clustered_on(sockets, opts, store, config.cluster.clone())
         .await
         .context("starting the replica")
+}
+
+/// The key stored domain secrets are sealed with: from the environment,
+/// identical on every replica. The memory store, whose domains die with the
+/// process, makes one up when none is set; on Postgres, without one,
+/// domains can be listed but `AddDomain` is refused.
+fn seal_key(config: &Config) -> Result<Option<SealKey>> {
+    use slim_cp::auth::sealing::KEY_ENV;
+    match std::env::var(KEY_ENV) {
+        Ok(text) => Ok(Some(SealKey::from_base64(&text)?)),
+        Err(std::env::VarError::NotPresent) => Ok(match config.database {
+            DatabaseConfig::Memory => Some(SealKey::random()),
+            DatabaseConfig::Postgres { .. } => None,
+        }),
+        Err(std::env::VarError::NotUnicode(_)) => bail!("{KEY_ENV} is not valid UTF-8"),
+    }
 }
 
 fn store_name(config: &Config) -> &'static str {

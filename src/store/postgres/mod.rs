@@ -15,6 +15,7 @@
 //! through [`PgStore::with_fence`].
 
 mod changes;
+mod domains;
 mod links;
 mod metrics;
 mod migrate;

@@ -6,10 +6,10 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::tx::{Db, Mode, Op, TxError, query_one};
-use super::{PgStore, changes, links, nodes, notify, routes, templates, topology};
+use super::{PgStore, changes, domains, links, nodes, notify, routes, templates, topology};
 use crate::store::model::{
-    DepartureKind, DesiredState, Link, LinkAnswer, Name, NodeRecord, Registration, ReplicaRef,
-    Route, RouteMark, Segment, Template,
+    DepartureKind, DesiredState, Domain, Link, LinkAnswer, Name, NodeRecord, Registration,
+    ReplicaRef, Route, RouteMark, Segment, Template,
 };
 use crate::store::{ChangeSet, SessionStart, Store, StoreError};
 
@@ -296,6 +296,30 @@ impl Store for PgStore {
                 Box::pin(async move {
                     topology_changed(db, topology::remove_edge(db, s, a, b).await?).await
                 })
+            })
+            .await
+    }
+
+    async fn list_domains(&self) -> Result<Vec<Domain>, StoreError> {
+        self.tx
+            .run(read("list_domains"), (), |db, _| {
+                Box::pin(domains::list(db))
+            })
+            .await
+    }
+
+    async fn put_domain(&self, domain: Domain) -> Result<bool, StoreError> {
+        self.tx
+            .run(write("put_domain"), domain, |db, d| {
+                Box::pin(domains::put(db, d))
+            })
+            .await
+    }
+
+    async fn remove_domain(&self, name: &str) -> Result<bool, StoreError> {
+        self.tx
+            .run(write("remove_domain"), name, |db, n| {
+                Box::pin(domains::remove(db, n))
             })
             .await
     }

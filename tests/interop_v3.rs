@@ -1,0 +1,125 @@
+//! Interop with the SLIM 3.x `slimctl` (3.4.6): its northbound calls,
+//! domains included, against `slim-cp serve` on the same listener the
+//! 2.0.0-alpha.2 slimctl uses.
+//!
+//! Needs `scripts/install-upstream.sh --line 3 slim slimctl` (binaries in
+//! `~/.cache/slim-cp/upstream/3.4.6/bin` or `$SLIM_UPSTREAM_DIR/3.4.6/bin`);
+//! without them each test prints one skip line (and fails in CI).
+
+// `require_upstream!` (the 2.0.0-alpha.2 binaries) is not used here.
+#[allow(unused_macros)]
+#[macro_use]
+mod interop_support;
+
+use interop_support::{CpConfig, NodeSpec, Scenario, Table, slimctl_controller_v3};
+
+const SECRET: &str = "blue-domain-secret-0123456789abcdef";
+
+/// API mode with shared-secret registration auth and no configured group:
+/// every domain comes through the API (the memory store seals with a key
+/// of the process).
+fn mk_domain_scenario(name: &str) -> Scenario {
+    let auth = "  registration_auth:\n    type: shared_secret\n    secrets: {}\n";
+    Scenario::new(name, CpConfig::slim_cp().with_topology(auth))
+}
+
+/// `slimctl` 3.4.6 adds, lists and removes a domain; the secret is never
+/// printed; removing it twice is an error with a reason; `node list` works.
+#[test]
+fn slimctl_3_manages_domains() {
+    require_upstream_v3!("slimctl");
+    let s = mk_domain_scenario("v3-domains");
+    let nb = s.cp.northbound_addr();
+    let ctl = |args: &[&str]| slimctl_controller_v3(s.dir.path(), &nb, args);
+
+    let added = ctl(&["domain", "add", "blue", SECRET]);
+    assert!(added.ok(), "{added}");
+    assert!(added.stdout.contains("Domain 'blue' added"), "{added}");
+
+    let listed = ctl(&["domain", "list"]);
+    assert!(listed.ok(), "{listed}");
+    assert_eq!(listed.count(), Some(1), "{listed}");
+    let t = listed.table();
+    let row = t.find("DOMAIN", "blue").expect("blue listed");
+    assert_eq!(t.cell(row, "NODES"), "(no nodes connected)");
+    assert!(!listed.stdout.contains(SECRET), "{listed}");
+
+    let short = ctl(&["domain", "add", "red", "short"]);
+    assert!(!short.ok(), "{short}");
+    assert!(short.error_message().contains("too short"), "{short}");
+
+    let removed = ctl(&["domain", "remove", "blue"]);
+    assert!(removed.ok(), "{removed}");
+    let again = ctl(&["domain", "rm", "blue"]);
+    assert!(!again.ok(), "{again}");
+    assert!(again.error_message().contains("not found"), "{again}");
+    assert_eq!(ctl(&["domain", "list"]).count(), Some(0));
+
+    let nodes = ctl(&["node", "list"]);
+    assert!(nodes.ok(), "{nodes}");
+    assert_eq!(nodes.count(), Some(0), "{nodes}");
+}
+
+/// Without shared-secret auth, adding a domain is refused the way the
+/// reference refuses it, and listing still answers.
+#[test]
+fn slimctl_3_is_told_why_a_domain_cannot_be_added() {
+    require_upstream_v3!("slimctl");
+    let s = Scenario::api_mode("v3-domains-no-auth");
+    let nb = s.cp.northbound_addr();
+    let ctl = |args: &[&str]| slimctl_controller_v3(s.dir.path(), &nb, args);
+    let refused = ctl(&["domain", "add", "blue", SECRET]);
+    assert!(!refused.ok(), "{refused}");
+    assert!(
+        refused.error_message().contains("shared_secret"),
+        "{refused}"
+    );
+    assert!(!refused.stderr.contains(SECRET), "{refused}");
+    let listed = ctl(&["domain", "list"]);
+    assert!(listed.ok(), "{listed}");
+    assert_eq!(listed.count(), Some(0), "{listed}");
+}
+
+/// `slimctl` 3.4.6's table for `args`, polled until `check` accepts it.
+fn wait_table(s: &Scenario, args: &[&str], what: &str, check: impl Fn(&Table) -> bool) {
+    let nb = s.cp.northbound_addr();
+    s.wait_for(what, || {
+        let out = slimctl_controller_v3(s.dir.path(), &nb, args);
+        match out.ok() && check(&out.table()) {
+            true => Ok(()),
+            false => Err(out.to_string()),
+        }
+    });
+}
+
+fn node_status(t: &Table, id: &str) -> String {
+    t.find("NODE_ID", id)
+        .map(|row| t.cell(row, "STATUS").to_string())
+        .unwrap_or_default()
+}
+
+/// A real 3.4.6 node signs its registration with the secret of a domain
+/// added through `slimctl` 3.4.6: it is Connected and listed under its
+/// domain; once the domain is removed its stream is closed and it is
+/// refused when it registers again, so it stays NotConnected.
+#[test]
+fn a_3x_node_registers_with_a_domain_secret_added_by_slimctl() {
+    require_upstream_v3!("slim", "slimctl");
+    let mut s = mk_domain_scenario("v3-domain-node");
+    let nb = s.cp.northbound_addr();
+    let added = slimctl_controller_v3(s.dir.path(), &nb, &["domain", "add", "blue", SECRET]);
+    assert!(added.ok(), "{added}");
+    s.start_node(NodeSpec::new("blue", "n1").auth_secret(SECRET));
+    wait_table(&s, &["node", "list"], "blue/n1 Connected", |t| {
+        node_status(t, "blue/n1") == "Connected"
+    });
+    wait_table(&s, &["domain", "list"], "blue/n1 under blue", |t| {
+        t.find("DOMAIN", "blue")
+            .is_some_and(|row| t.cell(row, "NODES") == "blue/n1")
+    });
+    let removed = slimctl_controller_v3(s.dir.path(), &nb, &["domain", "remove", "blue"]);
+    assert!(removed.ok(), "{removed}");
+    wait_table(&s, &["node", "list"], "blue/n1 NotConnected", |t| {
+        node_status(t, "blue/n1") == "NotConnected"
+    });
+}
