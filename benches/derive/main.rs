@@ -150,11 +150,18 @@ async fn claim_all(store: &dyn Store, sessions: &HashMap<String, Uuid>) -> Resul
             Some((ext, n.id.as_str()))
         })
         .collect();
-    for l in store.list_links().await?.iter().filter(|l| l.dest_node.is_none()) {
+    for l in store
+        .list_links()
+        .await?
+        .iter()
+        .filter(|l| l.dest_node.is_none())
+    {
         let Some(dest) = by_endpoint.get(l.dest_endpoint.as_str()) else {
             bail!("no node serves {}", l.dest_endpoint);
         };
-        let session = sessions.get(*dest).context("a destination without a session")?;
+        let session = sessions
+            .get(*dest)
+            .context("a destination without a session")?;
         store
             .record_received(dest, *session, std::slice::from_ref(&l.link_id))
             .await?;
@@ -248,17 +255,26 @@ async fn main() -> Result<()> {
     let mut rows = Vec::new();
     for &size in &args.sizes {
         for db in &args.dbs {
-            eprintln!("{size:?} on {}", db.as_deref().map_or("memory", |_| "postgres"));
+            eprintln!(
+                "{size:?} on {}",
+                db.as_deref().map_or("memory", |_| "postgres")
+            );
             let row = match db {
                 None => measure(Arc::new(MemoryStore::new()), size, args.trials)
                     .await
-                    .map(|r| Row { store: "memory", ..r })?,
+                    .map(|r| Row {
+                        store: "memory",
+                        ..r
+                    })?,
                 Some(admin) => {
                     let bench_db = BenchDb::create(admin, "derive").await?;
                     let store = PgStore::connect(&bench_db.url, 8).await?;
                     let row = measure(Arc::new(store), size, args.trials).await;
                     bench_db.remove().await?;
-                    row.map(|r| Row { store: "postgres", ..r })?
+                    row.map(|r| Row {
+                        store: "postgres",
+                        ..r
+                    })?
                 }
             };
             rows.push(row);
