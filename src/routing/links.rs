@@ -336,11 +336,25 @@ fn revise(
         move_source(&src, &dst, &mut link, gateways, out)?;
         true
     };
-    if changed {
+    let refreshed = refresh_config(&mut link);
+    if changed || refreshed {
         link.updated_at = ctx.now;
         out.upserts.push(link.clone());
     }
     Ok(link)
+}
+
+/// Renders the link's client configuration as this version does; returns
+/// whether the stored one differed. A link written by an earlier version
+/// (one whose dial retried forever, say) gets today's the next time it
+/// is dialled; a held connection is not touched.
+fn refresh_config(link: &mut Link) -> bool {
+    let current = linkconfig::config_data(&link.dest_endpoint, &link.link_id);
+    let stale = link.config_data != current;
+    if stale {
+        link.config_data = current;
+    }
+    stale
 }
 
 /// Why the link's destination can no longer take it, if it cannot: its

@@ -148,6 +148,29 @@ fn full_mesh_of_three_groups_plans_three_links() {
 }
 
 #[test]
+fn a_link_written_by_an_earlier_version_gets_todays_config_once() {
+    let nodes = vec![mk_node("a", "n1"), mk_node("b", "n1")];
+    let graphs = mk_graphs(&mesh(), &nodes);
+    let mut stored = plan(&nodes, &[], &graphs, 0, &mut ids()).upserts;
+    let current = stored[0].config_data.clone();
+    stored[0].config_data = current.replace("\"max_attempts\":3", "\"max_attempts\":4294967295");
+    assert_ne!(
+        stored[0].config_data, current,
+        "the test must change the config"
+    );
+    let again = plan(&nodes, &stored, &graphs, 5, &mut ids());
+    assert_eq!(again.upserts.len(), 1);
+    let refreshed = &again.upserts[0];
+    assert_eq!(
+        refreshed.link_id, stored[0].link_id,
+        "the same link, not a new one"
+    );
+    assert_eq!(refreshed.config_data, current);
+    let settled = plan(&nodes, &again.upserts, &graphs, 6, &mut ids());
+    assert!(settled.upserts.is_empty());
+}
+
+#[test]
 fn planning_again_changes_nothing() {
     let nodes = vec![mk_node("a", "n1"), mk_node("b", "n1")];
     let graphs = mk_graphs(&mesh(), &nodes);
