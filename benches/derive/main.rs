@@ -24,7 +24,7 @@ use anyhow::{Context, Result, bail};
 use slim_cp::config::{AdjacencyEntry, TopologyConfig};
 use slim_cp::reconcile::derive::derive;
 use slim_cp::store::model::{ConnectionDetail, Name, Registration, ReplicaRef};
-use slim_cp::store::{MemoryStore, PgStore, Store};
+use slim_cp::store::{MemoryStore, PgStore, Store, StoreError};
 use uuid::Uuid;
 
 use database::{BenchDb, DEFAULT_ADMIN_URL};
@@ -195,20 +195,18 @@ struct Row {
 async fn reads(store: &dyn Store, trials: usize) -> Result<[Duration; 4]> {
     let mut times: [Vec<Duration>; 4] = Default::default();
     for _ in 0..trials {
-        let t = Instant::now();
-        store.list_nodes().await?;
-        times[0].push(t.elapsed());
-        let t = Instant::now();
-        store.list_links().await?;
-        times[1].push(t.elapsed());
-        let t = Instant::now();
-        store.list_routes().await?;
-        times[2].push(t.elapsed());
-        let t = Instant::now();
-        store.list_templates().await?;
-        times[3].push(t.elapsed());
+        times[0].push(timed(store.list_nodes()).await?);
+        times[1].push(timed(store.list_links()).await?);
+        times[2].push(timed(store.list_routes()).await?);
+        times[3].push(timed(store.list_templates()).await?);
     }
     Ok(times.map(|mut v| median(&mut v)))
+}
+
+async fn timed<T>(read: impl Future<Output = Result<T, StoreError>>) -> Result<Duration> {
+    let t = Instant::now();
+    read.await?;
+    Ok(t.elapsed())
 }
 
 async fn measure(store: Arc<dyn Store>, size: (usize, usize, usize), trials: usize) -> Result<Row> {

@@ -5,6 +5,8 @@
 //! the control plane. The link id travels inside so that the destination can
 //! report the link back when it claims it.
 
+use std::sync::LazyLock;
+
 use serde_json::json;
 
 /// The dial's bounds. A real node dials inside its command handler and
@@ -43,6 +45,46 @@ pub fn config_data(endpoint: &str, link_id: &str) -> String {
     .to_string()
 }
 
+/// Whether `data` is what [`config_data`] gives for `endpoint` and
+/// `link_id`, without rendering it: the planner asks this of every live
+/// link on every derivation, and almost always the answer is yes.
+pub fn is_current(data: &str, endpoint: &str, link_id: &str) -> bool {
+    let plain = |v: &str| !v.chars().any(|c| c == '"' || c == '\\' || c.is_control());
+    let Some(shape) = SHAPE.as_ref().filter(|_| plain(endpoint) && plain(link_id)) else {
+        return data == config_data(endpoint, link_id);
+    };
+    let rest = data.strip_prefix(shape.head.as_str());
+    let rest = match endpoint.contains("://") {
+        true => rest,
+        false => rest.and_then(|r| r.strip_prefix("http://")),
+    };
+    rest.and_then(|r| r.strip_prefix(endpoint))
+        .and_then(|r| r.strip_prefix(shape.middle.as_str()))
+        .and_then(|r| r.strip_prefix(link_id))
+        .is_some_and(|r| r == shape.tail)
+}
+
+/// [`config_data`] cut around its two values: head, endpoint URL, middle,
+/// link id, tail. `None` if the rendering ever puts the link id first.
+struct Shape {
+    head: String,
+    middle: String,
+    tail: String,
+}
+
+static SHAPE: LazyLock<Option<Shape>> = LazyLock::new(|| {
+    const ENDPOINT: &str = "e://slim-cp-endpoint-mark";
+    const LINK: &str = "slim-cp-link-mark";
+    let full = config_data(ENDPOINT, LINK);
+    let (head, rest) = full.split_once(ENDPOINT)?;
+    let (middle, tail) = rest.split_once(LINK)?;
+    Some(Shape {
+        head: head.to_string(),
+        middle: middle.to_string(),
+        tail: tail.to_string(),
+    })
+});
+
 /// `host:port` as the plaintext URL the node dials; a URL is kept as is.
 pub fn url(endpoint: &str) -> String {
     if endpoint.contains("://") {
@@ -69,6 +111,19 @@ mod tests {
             "a dial must end"
         );
         assert_eq!(v["connect_timeout"], CONNECT_TIMEOUT);
+    }
+
+    #[test]
+    fn current_configs_are_recognised_without_rendering() {
+        for (endpoint, link) in [("h:1", "l-1"), ("https://h:2", "l-2"), ("q\"h:3", "l\\3")] {
+            let data = config_data(endpoint, link);
+            assert!(is_current(&data, endpoint, link), "{data}");
+            assert!(!is_current(&data, endpoint, "l-other"));
+            assert!(!is_current(&data, "h:9", link));
+            let older = data.replace("\"max_attempts\":3", "\"max_attempts\":4294967295");
+            assert!(!is_current(&older, endpoint, link));
+        }
+        assert!(SHAPE.is_some(), "the fast path must be the one taken");
     }
 
     #[test]

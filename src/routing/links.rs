@@ -349,12 +349,11 @@ fn revise(
 /// (one whose dial retried forever, say) gets today's the next time it
 /// is dialled; a held connection is not touched.
 fn refresh_config(link: &mut Link) -> bool {
-    let current = linkconfig::config_data(&link.dest_endpoint, &link.link_id);
-    let stale = link.config_data != current;
-    if stale {
-        link.config_data = current;
+    if linkconfig::is_current(&link.config_data, &link.dest_endpoint, &link.link_id) {
+        return false;
     }
-    stale
+    link.config_data = linkconfig::config_data(&link.dest_endpoint, &link.link_id);
+    true
 }
 
 /// Why the link's destination can no longer take it, if it cannot: its
