@@ -4,9 +4,11 @@
 //! For each fleet size a store is filled with registered, ready nodes and
 //! their announced names (full mesh), and the leader's derivation is run
 //! until it changes nothing. Then it times what a leader does per batch
-//! (read the nodes, derive, write): a batch where nothing changed, and a
-//! batch where one new node registered. A derivation whose cost grows with
-//! the change, not the fleet, keeps the last column flat across sizes.
+//! (refresh its working state, derive, write): a batch where nothing
+//! changed, and a batch where one new node registered, both as a leader
+//! does between batches (reading only the batch's rows) and after a resync
+//! (reading every table). A derivation whose cost grows with the change,
+//! not the fleet, keeps the one-node columns flat across sizes.
 //! `--db postgres[:URL]` uses a fresh database on the server of URL (the
 //! admin database, default the local one) per size.
 
@@ -23,6 +25,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use slim_cp::config::{AdjacencyEntry, TopologyConfig};
 use slim_cp::reconcile::derive::derive;
+use slim_cp::reconcile::working::{LinkWrites, WorkingState};
 use slim_cp::store::model::{ConnectionDetail, Name, Registration, ReplicaRef};
 use slim_cp::store::{MemoryStore, PgStore, Store, StoreError};
 use uuid::Uuid;
@@ -169,12 +172,17 @@ async fn claim_all(store: &dyn Store, sessions: &HashMap<String, Uuid>) -> Resul
     Ok(())
 }
 
-/// One leader batch: read the nodes, derive, write. Returns its duration
-/// and how many rows it changed.
-async fn batch(store: &dyn Store, arrived: &BTreeSet<String>) -> Result<(Duration, usize)> {
+/// One leader batch for the `arrived` nodes: refresh, derive, write.
+/// Returns its duration and how many rows it changed.
+async fn batch(
+    store: &dyn Store,
+    state: &mut WorkingState,
+    arrived: &BTreeSet<String>,
+) -> Result<(Duration, usize)> {
     let t = Instant::now();
-    let nodes = store.list_nodes().await?;
-    let d = derive(store, &mesh(), arrived, nodes).await?;
+    let signalled: Vec<String> = arrived.iter().cloned().collect();
+    state.refresh(store, &signalled).await?;
+    let d = derive(store, &mesh(), arrived, state).await?;
     Ok((t.elapsed(), d.changes))
 }
 
@@ -184,6 +192,8 @@ struct Row {
     first: Duration,
     idle: Vec<Duration>,
     one_node: Vec<Duration>,
+    /// One node joins, right after a resync: every table read.
+    one_node_full: Vec<Duration>,
     links: usize,
     routes: usize,
     /// Median time of each whole-table read a batch makes.
@@ -216,15 +226,25 @@ async fn measure(store: Arc<dyn Store>, size: (usize, usize, usize), trials: usi
         let (node, session) = register(store.as_ref(), k, groups, names).await?;
         sessions.insert(node, session);
     }
-    let (first, _) = batch(store.as_ref(), &BTreeSet::new()).await?;
+    let state = &mut WorkingState::new(Arc::new(LinkWrites::default()));
+    let none = &BTreeSet::new();
+    let (first, _) = batch(store.as_ref(), state, none).await?;
     claim_all(store.as_ref(), &sessions).await?;
-    while batch(store.as_ref(), &BTreeSet::new()).await?.1 > 0 {}
-    let mut idle = Vec::new();
-    let mut one_node = Vec::new();
+    state.invalidate();
+    while batch(store.as_ref(), state, none).await?.1 > 0 {}
+    let (mut idle, mut one_node, mut one_node_full) = (Vec::new(), Vec::new(), Vec::new());
     for t in 0..trials {
-        idle.push(batch(store.as_ref(), &BTreeSet::new()).await?.0);
-        let (node, _) = register(store.as_ref(), nodes + t, groups, 0).await?;
-        one_node.push(batch(store.as_ref(), &BTreeSet::from([node])).await?.0);
+        idle.push(batch(store.as_ref(), state, none).await?.0);
+        let (node, _) = register(store.as_ref(), nodes + 2 * t, groups, 0).await?;
+        one_node.push(
+            batch(store.as_ref(), state, &BTreeSet::from([node]))
+                .await?
+                .0,
+        );
+        let (node, _) = register(store.as_ref(), nodes + 2 * t + 1, groups, 0).await?;
+        state.invalidate();
+        let full = batch(store.as_ref(), state, &BTreeSet::from([node])).await?;
+        one_node_full.push(full.0);
     }
     Ok(Row {
         size,
@@ -232,6 +252,7 @@ async fn measure(store: Arc<dyn Store>, size: (usize, usize, usize), trials: usi
         first,
         idle,
         one_node,
+        one_node_full,
         reads: reads(store.as_ref(), trials).await?,
         links: store.list_links().await?.len(),
         routes: store.list_routes().await?.len(),
@@ -292,6 +313,7 @@ fn print(rows: Vec<Row>) {
         "no change (median)",
         "one node joins (median)",
         "one node joins (max)",
+        "one node joins after a resync (median)",
         "reads: nodes / links / routes / templates",
     ];
     let cells = rows
@@ -307,6 +329,7 @@ fn print(rows: Vec<Row>) {
                 ms(median(&mut r.idle)),
                 ms(median(&mut r.one_node)),
                 ms(max),
+                ms(median(&mut r.one_node_full)),
                 r.reads.map(ms).join(" / "),
             ]
         })

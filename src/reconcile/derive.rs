@@ -7,9 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tracing::warn;
 
+use super::working::WorkingState;
 use crate::config::TopologyConfig;
 use crate::routing::{links, routes, templates, topology};
-use crate::store::model::{NodeRecord, Route};
+use crate::store::model::Route;
 use crate::store::{ChangeSet, Store, StoreError};
 
 /// What a derivation changed.
@@ -22,19 +23,33 @@ pub struct Derivation {
     pub recheck_in: Option<std::time::Duration>,
 }
 
-/// Derives and writes the desired links and routes from `nodes` (every
-/// node record, as just read) and the rest of the store. `arrived` are
-/// nodes that registered since the last derivation: the sources of links
-/// towards them are reconciled too, so a connection that died with the
-/// node's previous life is dialled again.
+/// Derives and writes the desired links and routes from the working
+/// state (just refreshed) and the rest of the store, and keeps the state
+/// in step with what it wrote. `arrived` are nodes that registered since
+/// the last derivation: the sources of links towards them are reconciled
+/// too, so a connection that died with the node's previous life is dialled
+/// again.
 pub async fn derive(
     store: &dyn Store,
     mode: &TopologyConfig,
     arrived: &BTreeSet<String>,
-    nodes: Vec<NodeRecord>,
+    state: &mut WorkingState,
 ) -> Result<Derivation, StoreError> {
-    // Independent reads: on Postgres they run side by side on the pool's
-    // connections, so a batch waits for the slowest, not for their sum.
+    let (changes, out) = plan(store, mode, arrived, state).await?;
+    if !changes.is_empty() {
+        tracing::trace!(?changes, "derived changes");
+        state.write(store, changes).await?;
+    }
+    Ok(out)
+}
+
+/// The change set of one derivation, and what it affects.
+async fn plan(
+    store: &dyn Store,
+    mode: &TopologyConfig,
+    arrived: &BTreeSet<String>,
+    state: &mut WorkingState,
+) -> Result<(ChangeSet, Derivation), StoreError> {
     let segments = async {
         match mode {
             TopologyConfig::Api => store.list_segments().await,
@@ -42,16 +57,12 @@ pub async fn derive(
         }
     };
     // The database's clock, like the departure stamps it is compared with.
-    let (templates, stored_links, stored_routes, segments, now) = tokio::try_join!(
-        store.list_templates(),
-        store.list_links(),
-        store.list_routes(),
-        segments,
-        store.now()
-    )?;
-    let groups = links::active_groups(&nodes, now);
+    let (segments, now) = tokio::try_join!(segments, store.now())?;
+    let rows = state.rows().ok_or_else(not_loaded)?;
+    let nodes = &rows.nodes;
+    let groups = links::active_groups(nodes, now);
     let graphs = topology::resolve(mode, &segments, &groups);
-    let plan = links::plan(&nodes, &stored_links, &graphs, now, &mut || {
+    let plan = links::plan(nodes, &rows.links, &graphs, now, &mut || {
         uuid::Uuid::new_v4().to_string()
     });
     for (a, b) in &plan.unlinkable {
@@ -61,10 +72,9 @@ pub async fn derive(
         );
     }
     log_links(&plan);
-    let (holding, _) = links::holding(&nodes, now);
-    let announced = templates::plan(&nodes, &templates, &holding, now);
-    drop_templates(store, &announced).await?;
-    let desired = routes::expand(&nodes, &groups, &plan.live, &announced.live, &graphs, now);
+    let (holding, _) = links::holding(nodes, now);
+    let announced = templates::plan(nodes, &rows.templates, &holding, now);
+    let desired = routes::expand(nodes, &groups, &plan.live, &announced.live, &graphs, now);
     let recheck = [plan.recheck_in, announced.recheck_in]
         .into_iter()
         .flatten()
@@ -80,22 +90,29 @@ pub async fn derive(
     {
         out.affected.insert(l.source_node.clone());
     }
-    let changes = change_set(plan, desired, &stored_routes, &mut out.affected);
+    let changes = change_set(plan, desired, &rows.routes, &mut out.affected);
+    drop_templates(store, &announced, state).await?;
     out.changes = changes.put_links.len()
         + changes.retire_links.len()
         + changes.put_routes.len()
         + changes.delete_routes.len();
-    if !changes.is_empty() {
-        tracing::trace!(?changes, "derived changes");
-        store.apply(changes).await?;
-    }
-    Ok(out)
+    Ok((changes, out))
 }
 
+fn not_loaded() -> StoreError {
+    StoreError::Unavailable("the leader's working state was not loaded".into())
+}
+
+/// Drops what the plan says is gone; the nodes' templates are re-read.
 async fn drop_templates(
     store: &dyn Store,
     plan: &templates::TemplatePlan,
+    state: &mut WorkingState,
 ) -> Result<(), StoreError> {
+    let nodes = plan.drop_all.iter().map(|(n, _)| n);
+    nodes
+        .chain(plan.drop_older.iter().map(|(n, _)| n))
+        .for_each(|n| state.touched(n));
     for (node, upto) in &plan.drop_all {
         let gone = store
             .drop_templates_before(node, upto.saturating_add(1))
@@ -140,34 +157,34 @@ fn log_links(plan: &links::LinkPlan) {
     }
 }
 
+/// `stored` maps each stored route's id to its source node.
 fn change_set(
     plan: links::LinkPlan,
     desired: BTreeMap<String, Route>,
-    stored: &[Route],
+    stored: &BTreeMap<String, String>,
     affected: &mut BTreeSet<String>,
 ) -> ChangeSet {
     for l in &plan.upserts {
         affected.insert(l.source_node.clone());
         affected.extend(l.dest_node.clone());
     }
-    let stored_ids: BTreeSet<&str> = stored.iter().map(|r| r.id.as_str()).collect();
     let put_routes: Vec<Route> = desired
         .values()
-        .filter(|r| !stored_ids.contains(r.id.as_str()))
+        .filter(|r| !stored.contains_key(&r.id))
         .cloned()
         .collect();
-    let gone: Vec<&Route> = stored
+    let gone: Vec<(&String, &String)> = stored
         .iter()
-        .filter(|r| !desired.contains_key(&r.id))
+        .filter(|(id, _)| !desired.contains_key(*id))
         .collect();
     affected.extend(put_routes.iter().map(|r| r.source_node.clone()));
-    affected.extend(gone.iter().map(|r| r.source_node.clone()));
+    affected.extend(gone.iter().map(|(_, source)| (*source).clone()));
     ChangeSet {
         put_links: plan.upserts,
         delete_links: Vec::new(),
         retire_links: plan.hard_deletes,
         put_routes,
-        delete_routes: gone.into_iter().map(|r| r.id.clone()).collect(),
+        delete_routes: gone.into_iter().map(|(id, _)| id.clone()).collect(),
         consume_claims: plan.consumed_claims,
     }
 }

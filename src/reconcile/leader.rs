@@ -17,6 +17,7 @@ use tracing::{debug, info, warn};
 use super::derive::derive;
 use super::lifecycle::{Seen, Transition, transitions};
 use super::queue::WorkQueue;
+use super::working::WorkingState;
 use crate::cluster::{Batch, Inbox, LeaderToken, Signals};
 use crate::config::TopologyConfig;
 use crate::store::model::DepartureKind;
@@ -37,6 +38,7 @@ const RETRY_DELAY: Duration = Duration::from_millis(500);
 
 pub struct Leader {
     store: Arc<dyn Store>,
+    state: WorkingState,
     inbox: Arc<Inbox>,
     queue: Arc<WorkQueue>,
     topology: TopologyConfig,
@@ -93,6 +95,7 @@ impl Affected {
 impl Leader {
     pub fn new(
         store: Arc<dyn Store>,
+        state: WorkingState,
         inbox: Arc<Inbox>,
         queue: Arc<WorkQueue>,
         topology: TopologyConfig,
@@ -107,6 +110,7 @@ impl Leader {
         };
         Self {
             store,
+            state,
             inbox,
             queue,
             topology,
@@ -155,8 +159,10 @@ impl Leader {
         self.handle(batch.nodes).await
     }
 
-    /// Marks every known node dirty; with `sweep`, queues every node too.
+    /// Marks every known node dirty and reads every row again; with
+    /// `sweep`, queues every node too.
     async fn resync(&mut self, sweep: bool) {
+        self.state.invalidate();
         match self.store.list_nodes().await {
             Ok(nodes) => {
                 for n in &nodes {
@@ -171,43 +177,48 @@ impl Leader {
         self.seen.keys().for_each(|n| self.inbox.node_changed(n));
     }
 
-    /// One look at every node serves both the lifecycle of the batch's
-    /// nodes and the derivation (a second look only when a transition
-    /// changed records): a batch costs a few queries, whatever its size.
+    /// The working state, refreshed for the batch's nodes, serves both
+    /// their lifecycle and the derivation: a batch reads what changed.
     async fn handle(&mut self, batch: Vec<String>) -> Result<(), StoreError> {
-        let nodes = match self.store.list_nodes().await {
-            Ok(nodes) => nodes,
-            Err(e @ StoreError::Fenced { .. }) => return Err(e),
-            Err(e) => {
-                batch.iter().for_each(|n| self.retry_later(n, &e));
-                return Ok(());
-            }
-        };
+        if let Err(e) = self.state.refresh(self.store.as_ref(), &batch).await {
+            batch.iter().for_each(|n| self.retry_later(n, &e));
+            return Ok(());
+        }
+        let records = self.records_of(&batch);
         let mut arrived = BTreeSet::new();
         let mut changed = false;
-        {
-            let by_id: HashMap<&str, &NodeRecord> =
-                nodes.iter().map(|n| (n.id.as_str(), n)).collect();
-            for node in batch {
-                match self.observe(&node, by_id.get(node.as_str()).copied()).await {
-                    Ok(o) => {
-                        changed |= o.wrote;
-                        if o.arrived {
-                            arrived.insert(node);
-                        }
+        for (node, record) in batch.into_iter().zip(records) {
+            match self.observe(&node, record.as_ref()).await {
+                Ok(o) => {
+                    if o.wrote {
+                        self.state.touched(&node);
+                        changed = true;
                     }
-                    Err(e @ StoreError::Fenced { .. }) => return Err(e),
-                    Err(e) => self.retry_later(&node, &e),
+                    if o.arrived {
+                        arrived.insert(node);
+                    }
+                }
+                Err(e @ StoreError::Fenced { .. }) => return Err(e),
+                Err(e) => {
+                    self.state.touched(&node);
+                    changed = true;
+                    self.retry_later(&node, &e);
                 }
             }
         }
-        let nodes = if changed {
-            self.store.list_nodes().await?
-        } else {
-            nodes
-        };
+        if changed && let Err(e) = self.state.refresh(self.store.as_ref(), &[]).await {
+            self.retry_later("", &e);
+            return Ok(());
+        }
         let started = tokio::time::Instant::now();
-        match derive(self.store.as_ref(), &self.topology, &arrived, nodes).await {
+        match derive(
+            self.store.as_ref(),
+            &self.topology,
+            &arrived,
+            &mut self.state,
+        )
+        .await
+        {
             Ok(d) => {
                 let took = started.elapsed();
                 debug!(
@@ -229,6 +240,18 @@ impl Leader {
             }
         }
         Ok(())
+    }
+
+    /// The batch's node records as the working state holds them.
+    fn records_of(&self, batch: &[String]) -> Vec<Option<NodeRecord>> {
+        let nodes = self.state.rows().map(|r| r.nodes.as_slice()).unwrap_or(&[]);
+        batch
+            .iter()
+            .map(|id| {
+                let at = nodes.binary_search_by(|n| n.id.as_str().cmp(id));
+                at.ok().map(|i| nodes[i].clone())
+            })
+            .collect()
     }
 
     fn retry_later(&self, node: &str, e: &StoreError) {

@@ -9,5 +9,6 @@ pub mod lifecycle;
 pub mod node;
 pub mod queue;
 pub mod supervisor;
+pub mod working;
 
 pub use leader::Leader;

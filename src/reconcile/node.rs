@@ -10,6 +10,7 @@ use tracing::{debug, warn};
 
 use super::diff::{self, Live, Step};
 use super::queue::Outcome;
+use super::working::LinkWrites;
 use crate::cluster::LeaderToken;
 use crate::names;
 use crate::ops::Metrics;
@@ -25,6 +26,8 @@ pub const DEFER: Duration = Duration::from_secs(2);
 /// What one reconcile needs.
 pub struct Reconciler {
     pub store: Arc<dyn Store>,
+    /// Where the links it writes are named for the leader's working state.
+    pub link_writes: Arc<LinkWrites>,
     pub transport: Arc<Transport>,
     /// The term the commands are issued under.
     pub token: LeaderToken,
@@ -126,13 +129,7 @@ impl Reconciler {
             })
             .collect();
         self.store.mark_routes(&already).await?;
-        if !step.gone.is_empty() {
-            let changes = ChangeSet {
-                delete_links: step.gone.clone(),
-                ..ChangeSet::default()
-            };
-            self.store.apply(changes).await?;
-        }
+        self.forget_tombstones(&step.gone).await?;
         if step.has_command() {
             let ack = self
                 .transport
@@ -167,6 +164,20 @@ impl Reconciler {
         out
     }
 
+    /// Deletes tombstones the node no longer holds.
+    async fn forget_tombstones(&self, gone: &[String]) -> Result<(), StoreError> {
+        if gone.is_empty() {
+            return Ok(());
+        }
+        let changes = ChangeSet {
+            delete_links: gone.to_vec(),
+            ..ChangeSet::default()
+        };
+        let done = self.store.apply(changes).await;
+        self.link_writes.wrote(gone);
+        done
+    }
+
     /// Records the node's per-item answers, all at once; any failure
     /// makes the whole step fail so the queue retries with backoff.
     async fn record(
@@ -178,16 +189,11 @@ impl Reconciler {
         let mut failures = Vec::new();
         let (answers, gone) = link_answers(step, ack, &mut failures);
         let marks = route_marks(step, ack, &mut failures);
-        self.store.mark_links_sent(node, &answers).await?;
+        let sent = self.store.mark_links_sent(node, &answers).await;
+        self.link_writes.wrote(answers.iter().map(|a| &a.link_id));
+        sent?;
         self.store.mark_routes(&marks).await?;
-        if !gone.is_empty() {
-            self.store
-                .apply(ChangeSet {
-                    delete_links: gone,
-                    ..ChangeSet::default()
-                })
-                .await?;
-        }
+        self.forget_tombstones(&gone).await?;
         match failures.is_empty() {
             true => Ok(()),
             false => Err(ReconcileError::Refused(failures.join("; "))),

@@ -14,6 +14,7 @@ use tracing::{info, warn};
 use super::Leader;
 use super::node::Reconciler;
 use super::queue::{QueueConfig, WorkQueue, run_workers};
+use super::working::{LinkWrites, WorkingState};
 use crate::cluster::{Inbox, LeaderToken, Leadership, Role};
 use crate::config::{ReconcilerConfig, TopologyConfig};
 use crate::ops::Metrics;
@@ -110,8 +111,10 @@ fn start_term(
     parts.inbox.clear();
     let store = (parts.fenced)(token.epoch());
     let queue = Arc::new(WorkQueue::new(QueueConfig::from(&parts.reconciler)));
+    let link_writes = Arc::new(LinkWrites::default());
     let reconciler = Arc::new(Reconciler {
         store: store.clone(),
+        link_writes: link_writes.clone(),
         transport: parts.transport.clone(),
         token: token.clone(),
         orphan_detection: parts.reconciler.enable_orphan_detection,
@@ -128,6 +131,7 @@ fn start_term(
     );
     let leader = Leader::new(
         store,
+        WorkingState::new(link_writes),
         parts.inbox.clone(),
         queue.clone(),
         parts.topology.clone(),

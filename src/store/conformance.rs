@@ -14,6 +14,7 @@ use crate::store::StoreError;
 mod claims;
 mod domains;
 mod late;
+mod partial;
 mod retire;
 pub use claims::{link_claims_round_trip, now_is_the_clock_of_the_stamps};
 pub use domains::{
@@ -21,6 +22,7 @@ pub use domains::{
     removing_a_domain_says_whether_it_existed,
 };
 pub use late::a_late_registration_never_replaces_a_newer_one;
+pub use partial::partial_reads_agree_with_the_full_listings;
 pub use retire::retired_links_go_only_while_their_source_is_away;
 
 /// Expands to one `#[tokio::test]` per conformance case. `$make` is an
@@ -60,7 +62,8 @@ macro_rules! store_conformance_tests {
             a_late_registration_never_replaces_a_newer_one,
             domains_round_trip_in_name_order,
             adding_a_domain_again_replaces_its_secret,
-            removing_a_domain_says_whether_it_existed
+            removing_a_domain_says_whether_it_existed,
+            partial_reads_agree_with_the_full_listings
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

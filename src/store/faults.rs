@@ -73,12 +73,15 @@ delegate! {
     fn now(&self) -> i64;
     fn get_node(&self, node: &str) -> Option<NodeRecord>;
     fn list_nodes(&self) -> Vec<NodeRecord>;
+    fn get_nodes(&self, ids: &[String]) -> Vec<NodeRecord>;
     fn forget_node(&self, node: &str, generation: u64) -> bool;
     fn list_templates(&self) -> Vec<Template>;
+    fn templates_of(&self, nodes: &[String]) -> Vec<Template>;
     fn drop_templates_before(&self, node: &str, generation: u64) -> usize;
     fn put_link(&self, link: Link) -> ();
     fn delete_link(&self, link_id: &str) -> bool;
     fn list_links(&self) -> Vec<Link>;
+    fn get_links(&self, ids: &[String]) -> Vec<Link>;
     fn put_route(&self, route: Route) -> ();
     fn delete_route(&self, id: &str) -> bool;
     fn list_routes(&self) -> Vec<Route>;

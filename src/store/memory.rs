@@ -217,6 +217,10 @@ impl Store for MemoryStore {
         Ok(self.lock().nodes.values().cloned().collect())
     }
 
+    async fn get_nodes(&self, ids: &[String]) -> Result<Vec<NodeRecord>, StoreError> {
+        Ok(picked(&self.lock().nodes, ids))
+    }
+
     async fn forget_node(&self, node: &str, generation: u64) -> Result<bool, StoreError> {
         let mut st = self.lock();
         let forgettable = st
@@ -233,6 +237,19 @@ impl Store for MemoryStore {
         let mut all: Vec<Template> = self.lock().templates.values().cloned().collect();
         all.sort_by_key(|t| t.seq);
         Ok(all)
+    }
+
+    async fn templates_of(&self, nodes: &[String]) -> Result<Vec<Template>, StoreError> {
+        let wanted: BTreeSet<&str> = nodes.iter().map(String::as_str).collect();
+        let mut some: Vec<Template> = self
+            .lock()
+            .templates
+            .values()
+            .filter(|t| wanted.contains(t.node.as_str()))
+            .cloned()
+            .collect();
+        some.sort_by_key(|t| t.seq);
+        Ok(some)
     }
 
     async fn drop_templates_before(
@@ -262,6 +279,10 @@ impl Store for MemoryStore {
 
     async fn list_links(&self) -> Result<Vec<Link>, StoreError> {
         Ok(self.lock().links.values().cloned().collect())
+    }
+
+    async fn get_links(&self, ids: &[String]) -> Result<Vec<Link>, StoreError> {
+        Ok(picked(&self.lock().links, ids))
     }
 
     async fn put_route(&self, route: Route) -> Result<(), StoreError> {
@@ -485,6 +506,15 @@ pub fn chosen_or_new(id: Uuid) -> Uuid {
 }
 
 /// At most one live link per unordered group pair.
+/// The values of `ids` that `map` holds, in key order, each once.
+fn picked<T: Clone>(map: &BTreeMap<String, T>, ids: &[String]) -> Vec<T> {
+    let wanted: BTreeSet<&String> = ids.iter().collect();
+    wanted
+        .into_iter()
+        .filter_map(|id| map.get(id).cloned())
+        .collect()
+}
+
 fn one_live_link_per_pair(links: &BTreeMap<String, Link>) -> Result<(), StoreError> {
     let mut seen = BTreeSet::new();
     for l in links.values().filter(|l| !l.deleted) {

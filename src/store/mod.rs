@@ -172,6 +172,10 @@ pub trait Store: Send + Sync + 'static {
     /// Every node record, ordered by id.
     async fn list_nodes(&self) -> Result<Vec<NodeRecord>, StoreError>;
 
+    /// The records of the nodes named in `ids` that exist, ordered by id
+    /// (each once, whatever `ids` repeats).
+    async fn get_nodes(&self, ids: &[String]) -> Result<Vec<NodeRecord>, StoreError>;
+
     /// Deletes the node's record if it has no session and its latest
     /// generation is still `generation` (nobody re-registered meanwhile).
     /// Templates, links and routes are not touched. Returns whether it deleted.
@@ -179,6 +183,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Every template, ordered by `seq` (oldest first).
     async fn list_templates(&self) -> Result<Vec<Template>, StoreError>;
+
+    /// The templates of the nodes named in `nodes`, ordered by `seq`.
+    async fn templates_of(&self, nodes: &[String]) -> Result<Vec<Template>, StoreError>;
 
     /// Deletes the node's templates whose generation is lower than
     /// `generation` (`u64::MAX` deletes them all). Returns how many went.
@@ -195,6 +202,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Every link, deleted ones included, ordered by `link_id`.
     async fn list_links(&self) -> Result<Vec<Link>, StoreError>;
+
+    /// The links named in `ids` that exist, deleted ones included, ordered
+    /// by `link_id` (each once).
+    async fn get_links(&self, ids: &[String]) -> Result<Vec<Link>, StoreError>;
 
     /// Inserts or replaces the route with the same `id`.
     async fn put_route(&self, route: Route) -> Result<(), StoreError>;

@@ -86,6 +86,15 @@ pub(super) async fn list(db: &Db<'_>) -> Result<Vec<Link>, TxError> {
     query_map(db, SQL, &[], link_from).await
 }
 
+pub(super) async fn get_many(db: &Db<'_>, ids: &[String]) -> Result<Vec<Link>, TxError> {
+    const SQL: &str = concat!(
+        "SELECT ",
+        link_columns!(),
+        " FROM links WHERE link_id = ANY($1) ORDER BY link_id"
+    );
+    query_map(db, SQL, &[&ids], link_from).await
+}
+
 pub(super) async fn touching(db: &Db<'_>, node: &str) -> Result<Vec<Link>, TxError> {
     const SQL: &str = concat!(
         "SELECT ",

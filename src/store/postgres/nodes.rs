@@ -190,6 +190,15 @@ pub(super) async fn list(db: &Db<'_>) -> Result<Vec<NodeRecord>, TxError> {
     query_map(db, SQL, &[], node_from).await
 }
 
+pub(super) async fn get_many(db: &Db<'_>, ids: &[String]) -> Result<Vec<NodeRecord>, TxError> {
+    const SQL: &str = concat!(
+        "SELECT ",
+        node_columns!(),
+        " FROM nodes WHERE id = ANY($1) ORDER BY id"
+    );
+    query_map(db, SQL, &[&ids], node_from).await
+}
+
 pub(super) async fn forget(db: &Db<'_>, node: &str, generation: u64) -> Result<bool, TxError> {
     let Ok(generation) = i64::try_from(generation) else {
         // No record ever had such a generation.

@@ -157,6 +157,14 @@ impl Store for PgStore {
             .await
     }
 
+    async fn get_nodes(&self, ids: &[String]) -> Result<Vec<NodeRecord>, StoreError> {
+        self.tx
+            .run(read("get_nodes"), ids, |db, ids| {
+                Box::pin(nodes::get_many(db, ids))
+            })
+            .await
+    }
+
     async fn forget_node(&self, node: &str, generation: u64) -> Result<bool, StoreError> {
         self.tx
             .run(
@@ -171,6 +179,14 @@ impl Store for PgStore {
         self.tx
             .run(read("list_templates"), (), |db, _| {
                 Box::pin(templates::list(db))
+            })
+            .await
+    }
+
+    async fn templates_of(&self, nodes: &[String]) -> Result<Vec<Template>, StoreError> {
+        self.tx
+            .run(read("templates_of"), nodes, |db, n| {
+                Box::pin(templates::of_nodes(db, n))
             })
             .await
     }
@@ -208,6 +224,14 @@ impl Store for PgStore {
     async fn list_links(&self) -> Result<Vec<Link>, StoreError> {
         self.tx
             .run(read("list_links"), (), |db, _| Box::pin(links::list(db)))
+            .await
+    }
+
+    async fn get_links(&self, ids: &[String]) -> Result<Vec<Link>, StoreError> {
+        self.tx
+            .run(read("get_links"), ids, |db, ids| {
+                Box::pin(links::get_many(db, ids))
+            })
             .await
     }
 

@@ -83,6 +83,11 @@ pub(super) async fn list(db: &Db<'_>) -> Result<Vec<Template>, TxError> {
     query_map(db, &sql, &[], template_from).await
 }
 
+pub(super) async fn of_nodes(db: &Db<'_>, nodes: &[String]) -> Result<Vec<Template>, TxError> {
+    let sql = format!("SELECT {TEMPLATE_COLUMNS} FROM templates WHERE node = ANY($1) ORDER BY seq");
+    query_map(db, &sql, &[&nodes], template_from).await
+}
+
 pub(super) async fn drop_before(
     db: &Db<'_>,
     node: &str,

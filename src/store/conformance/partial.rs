@@ -1,0 +1,42 @@
+//! Partial reads: what the leader refreshes between batches instead of
+//! reading every table again. Each must agree with the full listing.
+
+use super::{mk_link, mk_name, start};
+use crate::store::Store;
+
+fn ids(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+pub async fn partial_reads_agree_with_the_full_listings(store: &dyn Store) {
+    for id in ["b/n2", "a/n1", "b/n1"] {
+        let s = start(store, id).await.session;
+        store
+            .record_announcements(id, s.id, &[mk_name(id), mk_name("shared")], &[])
+            .await
+            .unwrap();
+    }
+    let all = store.list_nodes().await.unwrap();
+    let some = store
+        .get_nodes(&ids(&["b/n2", "z/none", "a/n1", "b/n2"]))
+        .await
+        .unwrap();
+    let want: Vec<_> = all.iter().filter(|n| n.id != "b/n1").cloned().collect();
+    assert_eq!(some, want, "by id, each once, missing ones absent");
+    assert!(store.get_nodes(&[]).await.unwrap().is_empty());
+
+    let every = store.list_templates().await.unwrap();
+    let of = store.templates_of(&ids(&["b/n1", "b/n2"])).await.unwrap();
+    let want: Vec<_> = every.iter().filter(|t| t.node != "a/n1").cloned().collect();
+    assert_eq!(of, want, "in seq order, only the nodes asked for");
+    assert_eq!(of.len(), 4);
+
+    store.put_link(mk_link("l-2", "a/n1", true)).await.unwrap();
+    store.put_link(mk_link("l-1", "a/n1", false)).await.unwrap();
+    let links = store
+        .get_links(&ids(&["l-2", "l-9", "l-1", "l-2"]))
+        .await
+        .unwrap();
+    assert_eq!(links, store.list_links().await.unwrap(), "tombstones too");
+    assert!(store.get_links(&ids(&["l-9"])).await.unwrap().is_empty());
+}

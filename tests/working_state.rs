@@ -1,0 +1,289 @@
+//! The leader's working state against a full rebuild: after any sequence
+//! of facts, leader batches and reconciler writes, a refreshed working
+//! state holds exactly the rows a fresh leader would read, on both stores.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use slim_cp::config::{AdjacencyEntry, TopologyConfig};
+use slim_cp::reconcile::derive::derive;
+use slim_cp::reconcile::working::{LinkWrites, Rows, WorkingState};
+use slim_cp::store::model::{
+    ConnectionDetail, DepartureKind, LinkAnswer, Name, Registration, ReplicaRef,
+};
+use slim_cp::store::{ChangeSet, MemoryStore, Store};
+
+const NODES: usize = 6;
+
+/// One thing that happens to the store between or during leader batches.
+#[derive(Debug, Clone)]
+enum Op {
+    Register(usize),
+    Announce(usize, usize),
+    Withdraw(usize, usize),
+    End(usize, bool),
+    Forget(usize),
+    /// The node reports every live link into its group as received.
+    Claim(usize),
+    /// A reconciler records its answers to the node's links.
+    Answer(usize, bool),
+    /// A reconciler deletes every tombstone.
+    ForgetTombstones,
+    Batch,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let k = 0..NODES;
+    prop_oneof![
+        3 => k.clone().prop_map(Op::Register),
+        2 => (k.clone(), 0..3usize).prop_map(|(k, n)| Op::Announce(k, n)),
+        1 => (k.clone(), 0..3usize).prop_map(|(k, n)| Op::Withdraw(k, n)),
+        1 => (k.clone(), any::<bool>()).prop_map(|(k, d)| Op::End(k, d)),
+        1 => k.clone().prop_map(Op::Forget),
+        2 => k.clone().prop_map(Op::Claim),
+        1 => (k, any::<bool>()).prop_map(|(k, ok)| Op::Answer(k, ok)),
+        1 => Just(Op::ForgetTombstones),
+        4 => Just(Op::Batch),
+    ]
+}
+
+fn node(k: usize) -> String {
+    format!("g{}/n{k}", k % 3)
+}
+
+fn name(n: usize) -> Name {
+    Name {
+        components: ["org".into(), "ns".into(), format!("app{n}")],
+        id: None,
+    }
+}
+
+fn mesh() -> TopologyConfig {
+    TopologyConfig::Links(vec![AdjacencyEntry {
+        group: "*".into(),
+        neighbors: vec!["*".into()],
+    }])
+}
+
+/// A leader as far as its working state goes: the nodes signalled since
+/// its last batch, and the links its reconcilers wrote.
+struct World {
+    store: Arc<dyn Store>,
+    state: WorkingState,
+    writes: Arc<LinkWrites>,
+    signalled: BTreeSet<String>,
+}
+
+impl World {
+    fn new(store: Arc<dyn Store>) -> Self {
+        let writes = Arc::new(LinkWrites::default());
+        Self {
+            store,
+            state: WorkingState::new(writes.clone()),
+            writes,
+            signalled: BTreeSet::new(),
+        }
+    }
+
+    async fn session(&self, k: usize) -> Option<uuid::Uuid> {
+        let rec = self.store.get_node(&node(k)).await.ok()??;
+        rec.session.map(|s| s.id)
+    }
+
+    async fn run(&mut self, op: &Op) -> Result<(), TestCaseError> {
+        let s = self.store.clone();
+        let store = s.as_ref();
+        match *op {
+            Op::Register(k) => {
+                let reg = Registration {
+                    node_id: node(k),
+                    group: Some(format!("g{}", k % 3)),
+                    connection_details: vec![ConnectionDetail {
+                        endpoint: format!("10.0.0.{k}:46357"),
+                        external_endpoint: Some(format!("n{k}.example:46357")),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                };
+                let owner = ReplicaRef {
+                    id: "r1".into(),
+                    incarnation: 1,
+                };
+                let started = store.begin_session(reg, owner).await;
+                let session = started.map_err(fail)?.session.id;
+                store.mark_ready(&node(k), session).await.map_err(fail)?;
+            }
+            Op::Announce(k, n) | Op::Withdraw(k, n) => {
+                let Some(session) = self.session(k).await else {
+                    return Ok(());
+                };
+                let (set, gone) = match op {
+                    Op::Announce(..) => (vec![name(n)], vec![]),
+                    _ => (vec![], vec![name(n)]),
+                };
+                let id = node(k);
+                let done = store.record_announcements(&id, session, &set, &gone);
+                done.await.map_err(fail)?;
+            }
+            Op::End(k, deregistered) => {
+                let Some(session) = self.session(k).await else {
+                    return Ok(());
+                };
+                let kind = match deregistered {
+                    true => DepartureKind::Deregistered,
+                    false => DepartureKind::Crash,
+                };
+                store
+                    .end_session(&node(k), session, kind)
+                    .await
+                    .map_err(fail)?;
+            }
+            Op::Forget(k) => {
+                let Some(rec) = store.get_node(&node(k)).await.map_err(fail)? else {
+                    return Ok(());
+                };
+                store
+                    .forget_node(&node(k), rec.generation)
+                    .await
+                    .map_err(fail)?;
+            }
+            Op::Claim(k) => {
+                let Some(session) = self.session(k).await else {
+                    return Ok(());
+                };
+                let group = format!("g{}", k % 3);
+                let links = store.list_links().await.map_err(fail)?;
+                let into: Vec<String> = links
+                    .into_iter()
+                    .filter(|l| !l.deleted && l.dest_group == group)
+                    .map(|l| l.link_id)
+                    .collect();
+                let id = node(k);
+                let done = store.record_received(&id, session, &into);
+                done.await.map_err(fail)?;
+            }
+            Op::Answer(k, ok) => {
+                let links = store.links_touching(&node(k)).await.map_err(fail)?;
+                let answers: Vec<LinkAnswer> = links
+                    .iter()
+                    .filter(|l| l.source_node == node(k))
+                    .map(|l| LinkAnswer {
+                        link_id: l.link_id.clone(),
+                        ok,
+                        message: String::new(),
+                    })
+                    .collect();
+                store
+                    .mark_links_sent(&node(k), &answers)
+                    .await
+                    .map_err(fail)?;
+                self.writes.wrote(answers.iter().map(|a| &a.link_id));
+                return Ok(());
+            }
+            Op::ForgetTombstones => {
+                let links = store.list_links().await.map_err(fail)?;
+                let gone: Vec<String> = links
+                    .into_iter()
+                    .filter(|l| l.deleted)
+                    .map(|l| l.link_id)
+                    .collect();
+                let changes = ChangeSet {
+                    delete_links: gone.clone(),
+                    ..ChangeSet::default()
+                };
+                store.apply(changes).await.map_err(fail)?;
+                self.writes.wrote(&gone);
+                return Ok(());
+            }
+            Op::Batch => return self.batch().await,
+        }
+        if let Op::Register(k)
+        | Op::Announce(k, _)
+        | Op::Withdraw(k, _)
+        | Op::End(k, _)
+        | Op::Forget(k)
+        | Op::Claim(k) = *op
+        {
+            self.signalled.insert(node(k));
+        }
+        Ok(())
+    }
+
+    /// A leader batch, then the check: refreshed, the working state reads
+    /// as a full rebuild would.
+    async fn batch(&mut self) -> Result<(), TestCaseError> {
+        let store = self.store.clone();
+        let nodes: Vec<String> = std::mem::take(&mut self.signalled).into_iter().collect();
+        let arrived = nodes.iter().cloned().collect();
+        self.state
+            .refresh(store.as_ref(), &nodes)
+            .await
+            .map_err(fail)?;
+        let d = derive(store.as_ref(), &mesh(), &arrived, &mut self.state).await;
+        d.map_err(fail)?;
+        self.state
+            .refresh(store.as_ref(), &[])
+            .await
+            .map_err(fail)?;
+        let full = Rows::load(store.as_ref()).await.map_err(fail)?;
+        prop_assert_eq!(self.state.rows(), Some(&full));
+        Ok(())
+    }
+}
+
+fn fail(e: impl std::fmt::Display) -> TestCaseError {
+    TestCaseError::fail(e.to_string())
+}
+
+/// Runs `cases` random histories, each with a leader that starts from
+/// nothing, on stores made by `make` (Postgres: one database, the
+/// histories piling up in it; the rows compared are all of them).
+fn check<F, Fut>(cases: u32, make: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Arc<dyn Store>>,
+{
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let mut runner = TestRunner::new(Config {
+        cases,
+        ..Config::default()
+    });
+    let history = proptest::collection::vec(op(), 1..40);
+    let outcome = runner.run(&history, |ops| {
+        rt.block_on(async {
+            let mut world = World::new(make().await);
+            for op in ops.iter().chain([&Op::Batch]) {
+                world.run(op).await?;
+            }
+            Ok(())
+        })
+    });
+    if let Err(e) = outcome {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn memory_incremental_state_equals_a_full_rebuild() {
+    check(256, || async {
+        Arc::new(MemoryStore::new()) as Arc<dyn Store>
+    });
+}
+
+#[test]
+fn postgres_incremental_state_equals_a_full_rebuild() {
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    let store: Arc<dyn Store> = rt.block_on(common::pg::fresh_pg_store());
+    check(48, move || {
+        let store = store.clone();
+        async move { store }
+    });
+}
