@@ -35,11 +35,14 @@ pub async fn derive(
     arrived: &BTreeSet<String>,
     state: &mut WorkingState,
 ) -> Result<Derivation, StoreError> {
+    let started = std::time::Instant::now();
     let (changes, out) = plan(store, mode, arrived, state).await?;
+    let planned = started.elapsed();
     if !changes.is_empty() {
         tracing::trace!(?changes, "derived changes");
         state.write(store, changes).await?;
     }
+    tracing::debug!(?planned, written = ?(started.elapsed() - planned), "derivation");
     Ok(out)
 }
 
