@@ -164,9 +164,9 @@ impl Beating {
                 // Rejoined before it reads as ready again: no node
                 // registers under the run that was declared dead.
                 Ok(Ok(None)) => {
-                    self.declared_dead().await;
+                    let rejoined = self.declared_dead().await;
                     self.flagged(false);
-                    self.reached(Ok(()));
+                    self.reached(rejoined);
                 }
                 Ok(Err(e)) => self.reached(Err(e.to_string())),
                 Err(_) => self.reached(Err("no answer to the heartbeat".into())),
@@ -242,20 +242,29 @@ impl Beating {
 
     /// The leader ended this run's sessions: rejoin, then close the
     /// streams of the old run so their nodes register again.
-    async fn declared_dead(&self) {
+    /// `Err` (with why) when the rejoin failed: the replica then stays
+    /// not ready and not listening until a heartbeat rejoins it.
+    async fn declared_dead(&self) -> Result<(), String> {
         let old = self.transport.registry().snapshot();
         warn!(
             streams = old.len(),
             "this replica was declared dead; rejoining and closing its streams"
         );
         let id = self.identity.id();
-        match self.store.join_replica(&id, &self.advertise).await {
-            Ok((me, _)) => self.identity.set_incarnation(me.incarnation),
-            Err(e) => warn!(error = %e, "rejoin failed; retrying at the next heartbeat"),
-        }
+        let rejoined = match self.store.join_replica(&id, &self.advertise).await {
+            Ok((me, _)) => {
+                self.identity.set_incarnation(me.incarnation);
+                Ok(())
+            }
+            Err(e) => {
+                warn!(error = %e, "rejoin failed; retrying at the next heartbeat");
+                Err(format!("rejoin failed: {e}"))
+            }
+        };
         for s in old {
             self.transport.registry().remove(s.node(), s.session());
         }
+        rejoined
     }
 
     /// Closes streams whose recorded session the database gives to

@@ -97,9 +97,13 @@ fn listen_on(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     let listener = socket.listen(BACKLOG)?.into_std()?;
-    let high = rustix::io::fcntl_dupfd_cloexec(&listener, top_descriptor())?;
-    drop(listener);
-    let listener = std::net::TcpListener::from(high);
+    // The top slots are few: several replicas in one process (tests) can
+    // use them all up. A listener left low still works; it only loses the
+    // ordering on kill described above.
+    let listener = match rustix::io::fcntl_dupfd_cloexec(&listener, top_descriptor()) {
+        Ok(high) => std::net::TcpListener::from(high),
+        Err(_) => listener,
+    };
     listener.set_nonblocking(true)?;
     TcpListener::from_std(listener)
 }
