@@ -7,9 +7,11 @@
 //! duty ([`crate::cluster::unreachable`]) probes every live peer each
 //! heartbeat and turns the streaks into [`Verdict`]s:
 //!
-//! - drain a peer after [`DRAIN_AFTER`] failures in a row: its nodes must
-//!   move to a replica the leader can command, or commands to them wait
-//!   for a heal that may never come;
+//! - drain a peer after [`DRAIN_AFTER`] failures in a row spanning at
+//!   least the replica TTL: its nodes must move to a replica the leader
+//!   can command, or commands to them wait for a heal that may never
+//!   come; the span keeps a starved machine (a probe answered late three
+//!   times) from moving nodes for nothing;
 //! - only with a witness, another live peer the relay does reach: a
 //!   leader that reaches no peer at all is more likely the one cut off,
 //!   and draining everyone else would push every node onto it;
@@ -20,6 +22,9 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 /// Failed relay calls in a row before the leader drains a peer.
 pub const DRAIN_AFTER: u32 = 3;
@@ -33,6 +38,15 @@ pub struct Streak {
     pub failures: u32,
     /// Calls answered since the last failure.
     pub answers: u32,
+    /// When the first of `failures` failed.
+    pub failing_since: Option<Instant>,
+}
+
+impl Streak {
+    /// How long the calls have been failing.
+    pub fn failing_for(&self) -> Duration {
+        self.failing_since.map_or(Duration::ZERO, |t| t.elapsed())
+    }
 }
 
 /// Streaks per run of a peer (id and incarnation: a restarted peer starts
@@ -55,11 +69,13 @@ impl Streaks {
             *s = Streak {
                 failures: 0,
                 answers: s.answers.saturating_add(1),
+                failing_since: None,
             };
         } else {
             *s = Streak {
                 failures: s.failures.saturating_add(1),
                 answers: 0,
+                failing_since: s.failing_since.or_else(|| Some(Instant::now())),
             };
         }
     }
@@ -92,14 +108,16 @@ pub enum Verdict {
     Restore { id: String, incarnation: u64 },
 }
 
-/// The verdicts for the live peers (the leader itself excluded).
-pub fn verdicts(peers: &[Peer]) -> Vec<Verdict> {
+/// The verdicts for the live peers (the leader itself excluded); a peer
+/// is drained only once its calls have failed for `span`.
+pub fn verdicts(peers: &[Peer], span: Duration) -> Vec<Verdict> {
     let mut out = Vec::new();
     for p in peers {
         let (id, incarnation) = (p.id.clone(), p.incarnation);
+        let failing = p.streak.failures >= DRAIN_AFTER && p.streak.failing_for() >= span;
         if p.drained && p.streak.answers >= RESTORE_AFTER {
             out.push(Verdict::Restore { id, incarnation });
-        } else if !p.drained && p.streak.failures >= DRAIN_AFTER && witnessed(peers, &p.id) {
+        } else if !p.drained && failing && witnessed(peers, &p.id) {
             out.push(Verdict::Drain { id, incarnation });
         }
     }
@@ -134,8 +152,8 @@ mod tests {
         (0..n).for_each(|_| s.record(id, 1, true));
     }
 
-    #[test]
-    fn a_restarted_peer_starts_a_fresh_streak() {
+    #[tokio::test(start_paused = true)]
+    async fn a_restarted_peer_starts_a_fresh_streak() {
         let s = Streaks::default();
         fail(&s, "f", DRAIN_AFTER);
         assert_eq!(s.get("f", 2), Streak::default());
@@ -143,63 +161,76 @@ mod tests {
         assert_eq!(s.get("f", 1), Streak::default());
     }
 
-    #[test]
-    fn the_failure_streak_reaching_the_threshold_drains_the_peer() {
+    const SPAN: Duration = Duration::from_secs(3);
+
+    /// Peer `g` answers; `f` failed `failures` times, `waited` ago.
+    async fn mk_streaks(failures: u32, waited: Duration) -> Streaks {
         let s = Streaks::default();
         answer(&s, "g", 1);
-        fail(&s, "f", DRAIN_AFTER - 1);
+        fail(&s, "f", failures);
+        tokio::time::advance(waited).await;
+        s
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_failure_streak_reaching_the_threshold_drains_the_peer() {
+        let s = mk_streaks(DRAIN_AFTER - 1, SPAN).await;
         let peers = || [mk_peer("f", false, &s), mk_peer("g", false, &s)];
-        assert_eq!(verdicts(&peers()), vec![]);
+        assert_eq!(verdicts(&peers(), SPAN), vec![]);
         fail(&s, "f", 1);
         let drain = Verdict::Drain {
             id: "f".into(),
             incarnation: 1,
         };
-        assert_eq!(verdicts(&peers()), vec![drain]);
+        assert_eq!(verdicts(&peers(), SPAN), vec![drain]);
     }
 
-    #[test]
-    fn one_answer_resets_the_failure_streak() {
-        let s = Streaks::default();
-        answer(&s, "g", 1);
-        fail(&s, "f", DRAIN_AFTER - 1);
-        answer(&s, "f", 1);
-        fail(&s, "f", DRAIN_AFTER - 1);
+    #[tokio::test(start_paused = true)]
+    async fn failures_within_the_span_drain_nobody() {
+        let s = mk_streaks(DRAIN_AFTER * 2, SPAN - Duration::from_millis(1)).await;
         let peers = [mk_peer("f", false, &s), mk_peer("g", false, &s)];
-        assert_eq!(verdicts(&peers), vec![]);
+        assert_eq!(verdicts(&peers, SPAN), vec![]);
     }
 
-    #[test]
-    fn a_leader_that_reaches_no_peer_drains_nobody() {
+    #[tokio::test(start_paused = true)]
+    async fn one_answer_resets_the_failure_streak() {
+        let s = mk_streaks(DRAIN_AFTER - 1, SPAN).await;
+        answer(&s, "f", 1);
+        fail(&s, "f", DRAIN_AFTER);
+        let peers = [mk_peer("f", false, &s), mk_peer("g", false, &s)];
+        assert_eq!(verdicts(&peers, SPAN), vec![]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_that_reaches_no_peer_drains_nobody() {
         let s = Streaks::default();
         fail(&s, "f", DRAIN_AFTER);
         fail(&s, "g", DRAIN_AFTER);
+        tokio::time::advance(SPAN).await;
         let peers = [mk_peer("f", false, &s), mk_peer("g", false, &s)];
-        assert_eq!(verdicts(&peers), vec![]);
+        assert_eq!(verdicts(&peers, SPAN), vec![]);
         // Nor with a single peer: there is no witness.
-        assert_eq!(verdicts(&peers[..1]), vec![]);
+        assert_eq!(verdicts(&peers[..1], SPAN), vec![]);
     }
 
-    #[test]
-    fn a_drained_peer_is_restored_after_answers_in_a_row() {
+    #[tokio::test(start_paused = true)]
+    async fn a_drained_peer_is_restored_after_answers_in_a_row() {
         let s = Streaks::default();
         fail(&s, "f", DRAIN_AFTER);
         answer(&s, "f", RESTORE_AFTER - 1);
-        assert_eq!(verdicts(&[mk_peer("f", true, &s)]), vec![]);
+        assert_eq!(verdicts(&[mk_peer("f", true, &s)], SPAN), vec![]);
         answer(&s, "f", 1);
         let restore = Verdict::Restore {
             id: "f".into(),
             incarnation: 1,
         };
-        assert_eq!(verdicts(&[mk_peer("f", true, &s)]), vec![restore]);
+        assert_eq!(verdicts(&[mk_peer("f", true, &s)], SPAN), vec![restore]);
     }
 
-    #[test]
-    fn a_drained_peer_still_failing_stays_drained() {
-        let s = Streaks::default();
-        answer(&s, "g", 1);
-        fail(&s, "f", DRAIN_AFTER * 4);
+    #[tokio::test(start_paused = true)]
+    async fn a_drained_peer_still_failing_stays_drained() {
+        let s = mk_streaks(DRAIN_AFTER * 4, SPAN).await;
         let peers = [mk_peer("f", true, &s), mk_peer("g", false, &s)];
-        assert_eq!(verdicts(&peers), vec![]);
+        assert_eq!(verdicts(&peers, SPAN), vec![]);
     }
 }

@@ -51,7 +51,8 @@ pub async fn watch(
             }
         };
         let peers = probe(&relay, &rows, &me, wait).await;
-        let mut verdicts = reachability::verdicts(&peers);
+        // Failing for a whole TTL while heartbeating: not a slow moment.
+        let mut verdicts = reachability::verdicts(&peers, ttl);
         verdicts.extend(own_flag(&rows, &me));
         for v in verdicts {
             if let Err(StoreError::Fenced { .. }) = apply(&store, &relay, &v).await {
