@@ -14,7 +14,7 @@ use tonic::{Request, Response, Status};
 use super::Replica;
 use super::relay::RelayClient;
 use crate::proto::cluster as pb;
-use crate::store::model::{LinkStatus, RouteStatus};
+use crate::store::model::{LinkStatus, ReplicaRef, RouteStatus};
 use crate::store::{PgStore, Store, StoreError};
 
 /// A peer that does not answer `Inspect` in this time is shown without
@@ -74,6 +74,7 @@ impl AdminService {
                 sessions: live.sessions,
                 live: Some(live.clone()),
                 heartbeat_age_ms: 0,
+                drain: false,
             }],
             epoch: live.epoch,
             leader: live.id.clone(),
@@ -111,6 +112,7 @@ impl AdminService {
                 heartbeat_age_ms: u64::try_from(r.heartbeat_age.as_millis()).unwrap_or(u64::MAX),
                 address: r.endpoint,
                 alive: r.alive,
+                drain: r.drain,
                 incarnation: r.incarnation,
                 id: r.id,
             })
@@ -146,12 +148,14 @@ impl AdminService {
         out.insert(me.clone(), self.replica.state());
         let mut asks = JoinSet::new();
         for r in rows.iter().filter(|r| r.alive && r.id != me) {
-            let (relay, id, address) = (relay.clone(), r.id.clone(), r.endpoint.clone());
+            let (relay, address) = (relay.clone(), r.endpoint.clone());
+            let peer = ReplicaRef {
+                id: r.id.clone(),
+                incarnation: r.incarnation,
+            };
             asks.spawn(async move {
-                let mut client = relay.client(&address).ok()?;
-                let req = relay.request(pb::InspectRequest {}, INSPECT_WAIT);
-                let state = client.inspect(req).await.ok()?.into_inner();
-                Some((id, state))
+                let state = relay.inspect(&peer, &address, INSPECT_WAIT).await?;
+                Some((peer.id, state))
             });
         }
         while let Some(done) = asks.join_next().await {

@@ -10,6 +10,10 @@
 //!   replica dead (it was frozen or cut off): its sessions ended in the
 //!   database, so it rejoins under a new incarnation and closes every
 //!   stream it held, and the nodes register again.
+//! - Drain flag: each heartbeat reads the flag the leader sets when its
+//!   relay cannot reach this replica, and hands it to [`Health`] (not
+//!   ready, not listening; the node streams move in
+//!   `server::handover`). The leader lifts it once the relay answers.
 //! - Audit: every few beats, streams whose session the database no longer
 //!   gives this replica (replaced on another replica, the relay's close
 //!   lost) are closed.
@@ -65,6 +69,8 @@ pub struct Membership {
     advertise: String,
     timings: Timings,
     conn: PgConn,
+    /// The server process of `conn`, holding the id lock (see `claim_id`).
+    backend: i32,
 }
 
 /// A membership at work: what the heartbeat loop also needs.
@@ -88,7 +94,7 @@ impl Membership {
         timings: Timings,
     ) -> Result<(Membership, Arc<Identity>), MembershipError> {
         let config = store.direct_connector();
-        let conn = claim_id(&config, id, timings.ttl).await?;
+        let (conn, backend) = claim_id(&config, id, timings.ttl, None).await?;
         let (me, ended) = store
             .join_replica(id, advertise)
             .await
@@ -102,6 +108,7 @@ impl Membership {
             advertise: advertise.to_string(),
             timings,
             conn,
+            backend,
         };
         Ok((membership, identity))
     }
@@ -150,10 +157,16 @@ impl Beating {
             }
             let beat = timeout(self.timings.heartbeat, self.beat()).await;
             match beat {
-                Ok(Ok(true)) => self.reached(Ok(())),
-                Ok(Ok(false)) => {
+                Ok(Ok(Some(drain))) => {
+                    self.flagged(drain);
                     self.reached(Ok(()));
-                    self.declared_dead().await;
+                }
+                // Rejoined before it reads as ready again: no node
+                // registers under the run that was declared dead.
+                Ok(Ok(None)) => {
+                    let rejoined = self.declared_dead().await;
+                    self.flagged(false);
+                    self.reached(rejoined);
                 }
                 Ok(Err(e)) => self.reached(Err(e.to_string())),
                 Err(_) => self.reached(Err("no answer to the heartbeat".into())),
@@ -185,8 +198,24 @@ impl Beating {
         }
     }
 
-    /// One heartbeat; `false` when this run was declared dead.
-    async fn beat(&self) -> Result<bool, tokio_postgres::Error> {
+    /// The leader's drain flag as this heartbeat read it.
+    fn flagged(&self, drain: bool) {
+        if !self.health.set_drain_flag(drain) {
+            return;
+        }
+        if drain {
+            warn!(
+                "the leader flagged this replica for drain (its relay calls here fail): \
+                 not ready, not listening, moving its nodes to the others"
+            );
+        } else {
+            info!("the leader lifted this replica's drain flag: serving again");
+        }
+    }
+
+    /// One heartbeat: this replica's drain flag, `None` when this run was
+    /// declared dead.
+    async fn beat(&self) -> Result<Option<bool>, tokio_postgres::Error> {
         let me = self.identity.current();
         let incarnation = i64::try_from(me.incarnation).unwrap_or(i64::MAX);
         let row = self
@@ -196,11 +225,11 @@ impl Beating {
                 "UPDATE replicas SET heartbeat_at = now() \
                  WHERE id = $1 AND incarnation = $2 AND NOT expired \
                  RETURNING (SELECT epoch FROM leadership WHERE singleton), \
-                   (SELECT last_value FROM generation_seq)",
+                   (SELECT last_value FROM generation_seq), drain",
                 &[&me.id, &incarnation],
             )
             .await?;
-        let Some(row) = row else { return Ok(false) };
+        let Some(row) = row else { return Ok(None) };
         let epoch: i64 = row.try_get(0)?;
         self.transport
             .observe_epoch(u64::try_from(epoch).unwrap_or(0));
@@ -208,25 +237,34 @@ impl Beating {
         let generation = u64::try_from(generation).unwrap_or(0);
         self.seen_generation
             .fetch_max(generation, Ordering::Relaxed);
-        Ok(true)
+        Ok(Some(row.try_get(2)?))
     }
 
     /// The leader ended this run's sessions: rejoin, then close the
     /// streams of the old run so their nodes register again.
-    async fn declared_dead(&self) {
+    /// `Err` (with why) when the rejoin failed: the replica then stays
+    /// not ready and not listening until a heartbeat rejoins it.
+    async fn declared_dead(&self) -> Result<(), String> {
         let old = self.transport.registry().snapshot();
         warn!(
             streams = old.len(),
             "this replica was declared dead; rejoining and closing its streams"
         );
         let id = self.identity.id();
-        match self.store.join_replica(&id, &self.advertise).await {
-            Ok((me, _)) => self.identity.set_incarnation(me.incarnation),
-            Err(e) => warn!(error = %e, "rejoin failed; retrying at the next heartbeat"),
-        }
+        let rejoined = match self.store.join_replica(&id, &self.advertise).await {
+            Ok((me, _)) => {
+                self.identity.set_incarnation(me.incarnation);
+                Ok(())
+            }
+            Err(e) => {
+                warn!(error = %e, "rejoin failed; retrying at the next heartbeat");
+                Err(format!("rejoin failed: {e}"))
+            }
+        };
         for s in old {
             self.transport.registry().remove(s.node(), s.session());
         }
+        rejoined
     }
 
     /// Closes streams whose recorded session the database gives to
@@ -264,9 +302,11 @@ impl Beating {
     async fn reconnect(&mut self, cancel: &CancellationToken) -> Result<(), MembershipError> {
         let id = self.identity.id();
         loop {
-            match claim_id(&self.config, &id, self.timings.ttl).await {
-                Ok(conn) => {
+            let stale = Some(self.backend);
+            match claim_id(&self.config, &id, self.timings.ttl, stale).await {
+                Ok((conn, backend)) => {
                     self.membership.conn = conn;
+                    self.membership.backend = backend;
                     return Ok(());
                 }
                 Err(e @ MembershipError::IdInUse(_)) => return Err(e),
@@ -280,13 +320,20 @@ impl Beating {
     }
 }
 
-/// A connection holding the lock on `id`. A run that just died may hold
-/// it until its backend notices: try for up to `patience`.
+/// A connection holding the lock on `id`, and its server process. A run
+/// that just died may hold it until its backend notices: try for up to
+/// `patience`. `stale`: this run's own previous backend, when it lost
+/// its connection: a backend behind a proxy, or whose client vanished
+/// while packets were dropped, keeps the lock for as long as nothing
+/// tells it its client is gone (the proxy keeps its side open), so it is
+/// ended, and only if it still holds a lock of this key space: a pid the
+/// server gave to someone else since is left alone.
 async fn claim_id(
     config: &PgConnector,
     id: &str,
     patience: Duration,
-) -> Result<PgConn, MembershipError> {
+    stale: Option<i32>,
+) -> Result<(PgConn, i32), MembershipError> {
     let db = |e: tokio_postgres::Error| MembershipError::Database(e.to_string());
     let conn = PgConn::open(config, "membership").await.map_err(db)?;
     let deadline = Instant::now() + patience;
@@ -300,11 +347,36 @@ async fn claim_id(
             .await
             .map_err(db)?;
         if row.try_get::<_, bool>(0).map_err(db)? {
-            return Ok(conn);
+            let pid = conn.client.query_one("SELECT pg_backend_pid()", &[]).await;
+            let pid: i32 = pid.and_then(|r| r.try_get(0)).map_err(db)?;
+            return Ok((conn, pid));
+        }
+        if let Some(old) = stale {
+            end_stale_backend(&conn, old).await.map_err(db)?;
         }
         if Instant::now() >= deadline {
             return Err(MembershipError::IdInUse(id.to_string()));
         }
         sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Ends this run's previous membership backend `pid` if it still holds a
+/// lock of the replica-id key space.
+async fn end_stale_backend(conn: &PgConn, pid: i32) -> Result<(), tokio_postgres::Error> {
+    let ended = conn
+        .client
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks \
+             WHERE pid = $1 AND locktype = 'advisory' AND granted AND classid::bigint = $2",
+            &[&pid, &i64::from(ID_KEY)],
+        )
+        .await?;
+    if !ended.is_empty() {
+        info!(
+            pid,
+            "ended this replica's previous membership session, which kept its id"
+        );
+    }
+    Ok(())
 }

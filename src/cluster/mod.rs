@@ -15,9 +15,11 @@ mod identity;
 mod leadership;
 pub mod membership;
 mod pgconn;
+pub mod reachability;
 pub mod relay;
 mod replica;
 mod signals;
+pub mod unreachable;
 pub mod wakeups;
 
 use std::sync::Arc;

@@ -4,13 +4,22 @@
 //!
 //! Alive: the process answers and its runtime is not starved (a ticker
 //! task has run recently). Ready: its listeners are up, the database
-//! answered recently (a replica sharing Postgres), and it is not draining;
-//! a schema mismatch never gets this far (the replica refuses to start).
+//! answered recently (a replica sharing Postgres), and it is not draining
+//! (asked by an operator, or flagged by the leader); a schema mismatch
+//! never gets this far (the replica refuses to start).
+//!
+//! The same facts say whether the node listener should be open
+//! ([`Health::should_listen`]): a replica that cannot serve stops
+//! listening (a refused connect is retried by the node and redispatched by
+//! the load balancer), and listens again once it can. The listener reports
+//! back what it actually did ([`Health::set_listening`]), so readiness and
+//! the drain's pause follow the socket, not the wish.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -25,7 +34,15 @@ pub struct Health {
     /// Milliseconds since `started` of the ticker's last run.
     ticked: AtomicU64,
     listening: AtomicBool,
+    /// Since when the node listener has been closed (`None` while open).
+    closed_since: Mutex<Option<Instant>>,
+    /// Asked by an operator: for good (the process stops afterwards).
     draining: AtomicBool,
+    /// Set by the leader in this replica's row (its relay did not answer);
+    /// cleared by the leader once it does.
+    drain_flag: AtomicBool,
+    /// Whether the node listener should be open, for the listener.
+    intake: watch::Sender<bool>,
     /// Whether the database answered recently (always, without one).
     database: AtomicBool,
     /// Why the database counts as unreachable, for `/readyz`.
@@ -38,7 +55,10 @@ impl Health {
             started: Instant::now(),
             ticked: AtomicU64::new(0),
             listening: AtomicBool::new(false),
+            closed_since: Mutex::new(Some(Instant::now())),
             draining: AtomicBool::new(false),
+            drain_flag: AtomicBool::new(false),
+            intake: watch::channel(true).0,
             database: AtomicBool::new(true),
             database_why: Mutex::new(String::new()),
         })
@@ -62,16 +82,52 @@ impl Health {
         })
     }
 
+    /// What the node listener did: opened (`true`) or closed its socket.
     pub fn set_listening(&self, up: bool) {
-        self.listening.store(up, Ordering::Relaxed);
+        let was = self.listening.swap(up, Ordering::Relaxed);
+        let mut since = self.closed_since.lock().unwrap_or_else(|p| p.into_inner());
+        if up {
+            *since = None;
+        } else if was || since.is_none() {
+            *since = Some(Instant::now());
+        }
     }
 
+    pub fn is_listening(&self) -> bool {
+        self.listening.load(Ordering::Relaxed)
+    }
+
+    /// How long the node listener has been closed (`None` while open).
+    pub fn closed_for(&self) -> Option<Duration> {
+        let since = *self.closed_since.lock().unwrap_or_else(|p| p.into_inner());
+        since.map(|t| t.elapsed())
+    }
+
+    /// Whether the node listener should be open, as it changes.
+    pub fn should_listen(&self) -> watch::Receiver<bool> {
+        self.intake.subscribe()
+    }
+
+    /// An operator's drain: not ready and not listening until the end.
     pub fn set_draining(&self) {
         self.draining.store(true, Ordering::Relaxed);
+        self.refresh_intake();
     }
 
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Relaxed)
+    }
+
+    /// The leader's drain flag as this replica's row has it; `true` when
+    /// it changed.
+    pub fn set_drain_flag(&self, flagged: bool) -> bool {
+        let was = self.drain_flag.swap(flagged, Ordering::Relaxed);
+        self.refresh_intake();
+        was != flagged
+    }
+
+    pub fn drain_flagged(&self) -> bool {
+        self.drain_flag.load(Ordering::Relaxed)
     }
 
     /// The database answered (`Ok`) or did not (`Err` with why).
@@ -81,6 +137,19 @@ impl Health {
             *self.database_why.lock().unwrap_or_else(|p| p.into_inner()) = why;
         }
         self.database.store(ok, Ordering::Relaxed);
+        self.refresh_intake();
+    }
+
+    pub fn database_reachable(&self) -> bool {
+        self.database.load(Ordering::Relaxed)
+    }
+
+    /// Open while nothing keeps this replica from serving new nodes: a
+    /// starved runtime is not a reason (closing would not help it).
+    fn refresh_intake(&self) {
+        let open = !self.is_draining() && !self.drain_flagged() && self.database_reachable();
+        self.intake
+            .send_if_modified(|v| std::mem::replace(v, open) != open);
     }
 
     /// `Ok` while the runtime is responsive.
@@ -106,6 +175,11 @@ impl Health {
         }
         if self.is_draining() {
             why.push("draining".into());
+        }
+        if self.drain_flagged() {
+            why.push(
+                "draining: flagged by the leader, whose relay calls to this replica fail".into(),
+            );
         }
         if !self.database.load(Ordering::Relaxed) {
             let detail = self
@@ -139,6 +213,35 @@ mod tests {
         h.set_database(Ok(()));
         h.set_draining();
         assert_eq!(h.ready(), Err(vec!["draining".to_string()]));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_listener_should_close_without_a_database_or_with_the_flag_and_reopen() {
+        let h = Health::new();
+        let intake = h.should_listen();
+        assert!(*intake.borrow());
+        h.set_database(Err("timeout".into()));
+        assert!(!*intake.borrow());
+        h.set_database(Ok(()));
+        assert!(*intake.borrow());
+        h.set_drain_flag(true);
+        assert!(!*intake.borrow());
+        assert!(h.set_drain_flag(false));
+        assert!(*intake.borrow());
+        h.set_draining();
+        h.set_database(Ok(()));
+        assert!(!*intake.borrow(), "an operator's drain is for good");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn closed_for_counts_from_the_socket_closing() {
+        let h = Health::new();
+        h.set_listening(true);
+        assert_eq!(h.closed_for(), None);
+        h.set_listening(false);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        h.set_listening(false);
+        assert_eq!(h.closed_for(), Some(Duration::from_secs(2)));
     }
 
     #[tokio::test(start_paused = true)]

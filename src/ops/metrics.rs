@@ -207,6 +207,18 @@ impl Live {
             let help = "Time since the leader last renewed its lease";
             g.encode(e.encode_descriptor("lease_age_seconds", help, None, g.metric_type())?)?;
         }
+        gauge(
+            e,
+            "drain_flag",
+            "1 while the leader has flagged this replica for drain (its relay calls here fail)",
+            i64::from(r.health.drain_flagged()),
+        )?;
+        gauge(
+            e,
+            "listening",
+            "1 while the node listener is open (closed: draining, or the database unreachable)",
+            i64::from(r.health.is_listening()),
+        )?;
         let depth = signed((r.queue_depth)());
         gauge(
             e,

@@ -12,13 +12,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::core::{Core, Extra};
+use super::handover::Handover;
 use super::{Options, Running, Sockets};
 use crate::cluster::admin::Backing;
 use crate::cluster::membership::{self, Membership};
 use crate::cluster::relay::{Guard, RelayClient, RelayService};
 use crate::cluster::{
     ClusterSignals, Election, ElectionHandle, Identity, Inbox, LeaderToken, Leadership, election,
-    expiry, hostname, wakeups,
+    expiry, hostname, unreachable, wakeups,
 };
 use crate::config::ClusterConfig;
 use crate::ops::{Health, Metrics};
@@ -90,7 +91,15 @@ pub async fn start_clustered_on(
     let core = core(
         &pg, &cluster, identity, transport, leadership, &relay, handle,
     );
-    let extra = background(&core, membership, election, &secret);
+    let handover = Handover {
+        registry: core.transport.registry().clone(),
+        health: core.health.clone(),
+        relay: relay.clone(),
+        drain: opts.drain.clone(),
+        pause: opts.drain.lb_grace.min(cluster.replica_ttl / 2),
+        every: cluster.heartbeat,
+    };
+    let extra = background(&core, membership, election, handover, &secret);
     // A handover waits up to a lease for leader work to stop, plus the
     // term's tasks' own wind-down: give the forwarded call room for both.
     let (handover, ttl) = (
@@ -132,7 +141,7 @@ fn core(
             relay: relay.clone(),
         }),
         fenced,
-        duties: Some(duties(pg, cluster, &identity, inbox)),
+        duties: Some(duties(pg, cluster, &identity, relay, inbox)),
         identity,
         election: Some(election),
         health: Health::new(),
@@ -141,9 +150,16 @@ fn core(
     }
 }
 
-/// The heartbeats and the election, running from now on, and the relay
-/// service to build once the replica exists.
-fn background(core: &Core, membership: Membership, election: Election, secret: &str) -> Extra {
+/// The heartbeats, the election and the handover of nodes this replica
+/// cannot serve, running from now on, and the relay service to build once
+/// the replica exists.
+fn background(
+    core: &Core,
+    membership: Membership,
+    election: Election,
+    handover: Handover,
+    secret: &str,
+) -> Extra {
     let cancel = CancellationToken::new();
     let (fail_tx, failure) = watch::channel(None);
     let beat = {
@@ -158,39 +174,54 @@ fn background(core: &Core, membership: Membership, election: Election, secret: &
         })
     };
     let elect = tokio::spawn(election.run(cancel.clone()));
+    let hand = tokio::spawn(handover.run(cancel.clone()));
     let guard = Guard::new(secret);
     let (service_guard, metrics) = (guard.clone(), core.metrics.clone());
     let relay = move |replica| RelayService::new(replica, service_guard, metrics);
     Extra {
         relay: Box::new(relay),
         guard,
-        tasks: vec![beat, elect],
+        tasks: vec![beat, elect, hand],
         failure,
         cancel,
     }
 }
 
-/// The term's extra duties: the wake-up listener and replica expiry.
+/// The term's extra duties: the wake-up listener, replica expiry, and
+/// the drain flag of peers the relay cannot reach.
 fn duties(
     pg: &PgStore,
     cluster: &ClusterConfig,
     identity: &Arc<Identity>,
+    relay: &Arc<RelayClient>,
     inbox: Arc<Inbox>,
 ) -> Duties {
-    let (pg, identity) = (pg.clone(), identity.clone());
+    let (pg, identity, relay) = (pg.clone(), identity.clone(), relay.clone());
     let (ttl, every) = (cluster.replica_ttl, cluster.heartbeat);
     Arc::new(move |token: &LeaderToken, term: &CancellationToken| {
         let listen = wakeups::listen(pg.direct_connector(), inbox.clone(), term.clone());
         let fenced = pg.with_fence(token.epoch());
         let expire = expiry::watch(
-            fenced,
+            fenced.clone(),
             identity.id(),
             ttl,
             every,
             token.clone(),
             term.clone(),
         );
-        vec![tokio::spawn(listen), tokio::spawn(expire)]
+        let unreachable = unreachable::watch(
+            fenced,
+            relay.clone(),
+            identity.id(),
+            (ttl, every),
+            token.clone(),
+            term.clone(),
+        );
+        vec![
+            tokio::spawn(listen),
+            tokio::spawn(expire),
+            tokio::spawn(unreachable),
+        ]
     })
 }
 

@@ -62,7 +62,6 @@ pub(super) struct Extra {
 
 /// Cancellation of a replica's parts, in the order they stop.
 struct Tokens {
-    stop_accepting: CancellationToken,
     cancel: CancellationToken,
     relay: CancellationToken,
 }
@@ -79,7 +78,6 @@ impl Core {
             .as_ref()
             .map_or_else(CancellationToken::new, |e| e.cancel.clone());
         let tokens = Tokens {
-            stop_accepting: cancel.child_token(),
             cancel,
             relay: CancellationToken::new(),
         };
@@ -129,14 +127,12 @@ impl Core {
         let http_addr = self.serve_http(http, &replica, guard, &tokens, &mut tasks)?;
         let (relay_addr, failure) = attach(extra, relay, replica, &tokens.relay, &mut tasks)?;
         tasks.push(self.supervise(&opts, &queues, &tokens.cancel));
-        self.health.set_listening(true);
         let parts = RunningParts {
             election: self.election.clone(),
             queues,
             failure,
             drain_requested,
             drain: opts.drain.clone(),
-            stop_accepting: tokens.stop_accepting,
             cancel: tokens.cancel,
             relay_cancel: tokens.relay,
             writers,
@@ -187,12 +183,12 @@ impl Core {
             signals: self.signals.clone(),
             domains: opts.domains.clone(),
         });
-        let (stop, cancel) = (&tokens.stop_accepting, &tokens.cancel);
+        let cancel = &tokens.cancel;
         let sb = listen::southbound(
             opts,
             southbound_listener,
             southbound,
-            stop,
+            &self.health,
             cancel,
             listeners,
         )?;

@@ -2,13 +2,16 @@
 //! listening socket closes at once, before any stream is closed: a node's
 //! single reconnect attempt is refused here and goes (through the load
 //! balancer) to a replica that is up, instead of landing on one that is
-//! going away.
+//! going away. The node listener also closes and opens again as
+//! [`Health::should_listen`] says ([`gated`]): a replica that cannot serve
+//! (its database away, drained) refuses connects instead of taking
+//! handshakes it cannot complete.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -23,6 +26,7 @@ use crate::cluster::admin::AdminService;
 use crate::cluster::relay::RelayService;
 use crate::northbound::Northbound;
 use crate::ops;
+use crate::ops::Health;
 use crate::ops::http::Endpoint;
 use crate::southbound::Southbound;
 use crate::tls;
@@ -93,9 +97,13 @@ fn listen_on(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     let listener = socket.listen(BACKLOG)?.into_std()?;
-    let high = rustix::io::fcntl_dupfd_cloexec(&listener, top_descriptor())?;
-    drop(listener);
-    let listener = std::net::TcpListener::from(high);
+    // The top slots are few: several replicas in one process (tests) can
+    // use them all up. A listener left low still works; it only loses the
+    // ordering on kill described above.
+    let listener = match rustix::io::fcntl_dupfd_cloexec(&listener, top_descriptor()) {
+        Ok(high) => std::net::TcpListener::from(high),
+        Err(_) => listener,
+    };
     listener.set_nonblocking(true)?;
     TcpListener::from_std(listener)
 }
@@ -127,17 +135,18 @@ pub struct Public {
     pub health: HealthReporter,
 }
 
-/// Node streams. The listener stops accepting at `stop_accepting` (a
-/// drain) while the streams go on until `cancel`.
+/// Node streams. The listener is open while `health` says it should be
+/// (see [`gated`]); the streams go on until `cancel`.
 pub fn southbound(
     opts: &Options,
     listener: TcpListener,
     service: Southbound,
-    stop_accepting: &CancellationToken,
+    health: &Arc<Health>,
     cancel: &CancellationToken,
     listeners: &mut Listeners,
 ) -> std::io::Result<Public> {
     let addr = listener.local_addr()?;
+    let accepted = gated(listener, addr, health.clone(), cancel, listeners);
     let (health, health_service) = health_reporter();
     let serve = tls::apply(Server::builder(), opts.southbound_tls.clone())?
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
@@ -145,10 +154,7 @@ pub fn southbound(
         .tcp_keepalive(Some(KEEPALIVE_INTERVAL))
         .add_service(health_service)
         .add_service(service.into_server())
-        .serve_with_incoming_shutdown(
-            incoming(listener, stop_accepting, cancel, listeners),
-            cancel.clone().cancelled_owned(),
-        );
+        .serve_with_incoming_shutdown(accepted, cancel.clone().cancelled_owned());
     let task = tokio::spawn(log_failure("southbound", serve));
     Ok(Public { addr, task, health })
 }
@@ -244,6 +250,112 @@ fn incoming(
     });
     listeners.acceptors.push(acceptor);
     ReceiverStream::new(rx)
+}
+
+/// Accepted connections while `health` says the listener should be open.
+/// When it should not, the socket is dropped (connects are refused); when
+/// it should again, a new one is bound to the same address. The socket's
+/// state goes back to `health`. Connections accepted so far go on until
+/// `end`.
+fn gated(
+    listener: TcpListener,
+    addr: SocketAddr,
+    health: Arc<Health>,
+    end: &CancellationToken,
+    listeners: &mut Listeners,
+) -> ReceiverStream<std::io::Result<TcpStream>> {
+    let (tx, rx) = mpsc::channel(64);
+    let end = end.clone();
+    let acceptor = tokio::spawn(async move {
+        let mut intake = health.should_listen();
+        let mut open = Some(listener);
+        health.set_listening(true);
+        loop {
+            let step = match &open {
+                None => closed(&mut intake, &end).await,
+                Some(listener) => listening(listener, &mut intake, &end).await,
+            };
+            match step {
+                Step::End => break,
+                Step::Close => {
+                    open = None;
+                    health.set_listening(false);
+                    tracing::info!(%addr, "stopped listening for nodes");
+                }
+                Step::Reopen => {
+                    open = reopen_at(addr, &end).await;
+                    if open.is_some() {
+                        health.set_listening(true);
+                        tracing::info!(%addr, "listening for nodes again");
+                    }
+                }
+                Step::Accepted(accepted) => {
+                    if let Ok(stream) = &accepted {
+                        let _ = stream.set_nodelay(true);
+                    }
+                    if tx.send(accepted).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        drop(open);
+        health.set_listening(false);
+        end.cancelled().await;
+        drop(tx);
+    });
+    listeners.acceptors.push(acceptor);
+    ReceiverStream::new(rx)
+}
+
+/// What the node listener does next.
+enum Step {
+    End,
+    Close,
+    Reopen,
+    Accepted(std::io::Result<TcpStream>),
+}
+
+/// Waits, the socket closed, until it should open again.
+async fn closed(intake: &mut watch::Receiver<bool>, end: &CancellationToken) -> Step {
+    tokio::select! {
+        () = end.cancelled() => Step::End,
+        reopen = intake.wait_for(|o| *o) => match reopen {
+            Ok(_) => Step::Reopen,
+            Err(_) => Step::End,
+        },
+    }
+}
+
+/// The next connection, unless the socket should close first.
+async fn listening(
+    listener: &TcpListener,
+    intake: &mut watch::Receiver<bool>,
+    end: &CancellationToken,
+) -> Step {
+    tokio::select! {
+        () = end.cancelled() => Step::End,
+        shut = intake.wait_for(|o| !*o) => match shut {
+            Ok(_) => Step::Close,
+            Err(_) => Step::End,
+        },
+        accepted = listener.accept() => Step::Accepted(accepted.map(|(stream, _)| stream)),
+    }
+}
+
+/// A listener on `addr` again; retried every second while the address is
+/// taken (by whom, the log says), `None` once `end`.
+async fn reopen_at(addr: SocketAddr, end: &CancellationToken) -> Option<TcpListener> {
+    loop {
+        match listen_on(addr) {
+            Ok(l) => return Some(l),
+            Err(e) => tracing::warn!(%addr, error = %e, "cannot listen for nodes again; retrying"),
+        }
+        tokio::select! {
+            () = end.cancelled() => return None,
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
 }
 
 async fn log_failure(

@@ -6,6 +6,7 @@
 
 mod clustered;
 mod core;
+mod handover;
 mod listen;
 mod running;
 

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
+use super::handover;
 use crate::cluster::{ElectionHandle, Identity, Inbox, Leadership};
 use crate::config::DrainConfig;
 use crate::ops::{Health, Metrics};
@@ -49,8 +50,6 @@ pub(super) struct Parts {
     /// Asked by an operator (`slim-cp drain`).
     pub drain_requested: Arc<Notify>,
     pub drain: DrainConfig,
-    /// Stops accepting node streams (a drain), streams going on.
-    pub stop_accepting: CancellationToken,
     pub cancel: CancellationToken,
     /// Stops the relay, last: peers reach this replica's streams until the
     /// streams' ends are recorded.
@@ -100,27 +99,14 @@ impl Running {
     /// left.
     pub async fn drain(&self) {
         let d = &self.parts.drain;
+        // Not ready, and the node listener closes (see `listen::gated`).
         self.health.set_draining();
         info!(streams = self.registry().len(), "draining");
         if let Some(election) = &self.parts.election {
             election.resign().await;
         }
-        self.parts.stop_accepting.cancel();
-        tokio::time::sleep(d.lb_grace).await;
-        loop {
-            let streams = self.registry().snapshot();
-            if streams.is_empty() {
-                break;
-            }
-            for s in streams.iter().take(d.batch) {
-                self.registry().remove(s.node(), s.session());
-            }
-            info!(
-                left = streams.len().saturating_sub(d.batch),
-                "drain: closed a batch of streams"
-            );
-            tokio::time::sleep(d.interval).await;
-        }
+        handover::listener_closed_for(&self.health, d.lb_grace).await;
+        handover::close_in_batches(self.registry(), d, || true).await;
         info!("drained: no node stream left");
     }
 

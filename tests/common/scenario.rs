@@ -70,14 +70,26 @@ fn mk_spec(group: &str, node: &str, endpoint: String) -> SimNodeSpec {
 /// A fleet with the given number of nodes per group (`n0`, `n1`, ...),
 /// each with an external endpoint, all registered.
 pub async fn mk_fleet_sized(cp: &Running, groups: &[(&str, usize)]) -> SimFleet {
+    let url = format!("http://{}", cp.southbound_addr);
+    mk_fleet_at(&url, groups, 8).await
+}
+
+/// As [`mk_fleet_sized`], dialing `url`, `nodes_per_channel` nodes to an
+/// HTTP/2 connection (1: each its own, like real nodes, which move
+/// replicas one by one).
+pub async fn mk_fleet_at(
+    url: &str,
+    groups: &[(&str, usize)],
+    nodes_per_channel: usize,
+) -> SimFleet {
     let mut specs = Vec::new();
     for (g, count) in groups {
         for i in 0..*count {
             specs.push(mk_spec(g, &format!("n{i}"), endpoint(specs.len())));
         }
     }
-    let opts = fleet_options(8);
-    let fleet = SimFleet::start(&format!("http://{}", cp.southbound_addr), specs, opts).unwrap();
+    let opts = fleet_options(nodes_per_channel);
+    let fleet = SimFleet::start(url, specs, opts).unwrap();
     assert!(
         fleet.wait_all_registered(PATIENCE).await,
         "lost: {:?}",

@@ -98,13 +98,21 @@ pub fn render(s: &pb::ClusterStatus) -> String {
         s.leader_since
     );
     out += &format!(
-        "{:<20} {:>11} {:<22} {:<5} {:<6} {:>8} {:<5} {:>9}\n",
-        "REPLICA", "INCARNATION", "RELAY", "ALIVE", "LEADER", "SESSIONS", "READY", "HEARTBEAT"
+        "{:<20} {:>11} {:<22} {:<5} {:<6} {:>8} {:<5} {:>9} {:<7}\n",
+        "REPLICA",
+        "INCARNATION",
+        "RELAY",
+        "ALIVE",
+        "LEADER",
+        "SESSIONS",
+        "READY",
+        "HEARTBEAT",
+        "DRAINED"
     );
     for r in &s.replicas {
         let ready = r.live.as_ref().map_or("?", |l| yes(l.ready));
         out += &format!(
-            "{:<20} {:>11} {:<22} {:<5} {:<6} {:>8} {:<5} {:>8}ms\n",
+            "{:<20} {:>11} {:<22} {:<5} {:<6} {:>8} {:<5} {:>8}ms {:<7}\n",
             r.id,
             r.incarnation,
             r.address,
@@ -112,7 +120,8 @@ pub fn render(s: &pb::ClusterStatus) -> String {
             yes(r.leader),
             r.sessions,
             ready,
-            r.heartbeat_age_ms
+            r.heartbeat_age_ms,
+            yes(r.drain)
         );
     }
     out += &format!("nodes: {} ({} connected)\n", s.nodes, s.nodes_connected);
@@ -150,6 +159,7 @@ pub fn to_json(s: &pb::ClusterStatus) -> Value {
                 "leader": r.leader,
                 "sessions": r.sessions,
                 "heartbeat_age_ms": r.heartbeat_age_ms,
+                "drain": r.drain,
                 "live": r.live.as_ref().map(state_json),
             })
         })

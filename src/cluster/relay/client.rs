@@ -16,6 +16,7 @@ use tracing::debug;
 use super::auth::Stamp;
 use super::wire;
 use crate::cluster::Identity;
+use crate::cluster::reachability::Streaks;
 use crate::proto::cluster as pb;
 use crate::proto::cluster::relay_client::RelayClient as Grpc;
 use crate::store::model::ReplicaRef;
@@ -36,6 +37,8 @@ pub struct RelayClient {
     /// Relay address per replica id and incarnation.
     peers: Mutex<HashMap<String, (u64, String)>>,
     channels: Mutex<HashMap<String, Channel>>,
+    /// Whether each peer answered its latest calls (see `reachability`).
+    streaks: Streaks,
 }
 
 impl RelayClient {
@@ -47,7 +50,13 @@ impl RelayClient {
             deadline: node_wait + Duration::from_secs(5),
             peers: Mutex::default(),
             channels: Mutex::default(),
+            streaks: Streaks::default(),
         }
+    }
+
+    /// How each peer's relay calls went lately.
+    pub fn streaks(&self) -> &Streaks {
+        &self.streaks
     }
 
     fn peers(&self) -> MutexGuard<'_, HashMap<String, (u64, String)>> {
@@ -61,23 +70,86 @@ impl RelayClient {
         {
             return Ok(addr.clone());
         }
-        let rows = self
-            .store
-            .list_replicas(Duration::MAX)
+        self.refresh_peers()
             .await
             .map_err(|e| TransportError::Relay(e.to_string()))?;
-        let mut peers = self.peers();
-        peers.clear();
-        for r in rows {
-            peers.insert(r.id, (r.incarnation, r.endpoint));
-        }
-        match peers.get(&owner.id) {
+        match self.peers().get(&owner.id) {
             Some((_, addr)) => Ok(addr.clone()),
             None => Err(TransportError::Relay(format!(
                 "replica {} is unknown",
                 owner.id
             ))),
         }
+    }
+
+    /// Learns every replica's relay address from the database. The cache
+    /// outlives the database: a replica cut off from it still knows whom
+    /// to ask (see [`RelayClient::a_peer_is_ready`]).
+    pub async fn refresh_peers(&self) -> Result<(), crate::store::StoreError> {
+        let rows = self.store.list_replicas(Duration::MAX).await?;
+        let mut peers = self.peers();
+        peers.clear();
+        for r in rows {
+            peers.insert(r.id, (r.incarnation, r.endpoint));
+        }
+        Ok(())
+    }
+
+    /// `Inspect` of `peer` at `address` within `wait`; the outcome goes
+    /// into its streak. `None` when it did not answer.
+    pub async fn inspect(
+        &self,
+        peer: &ReplicaRef,
+        address: &str,
+        wait: Duration,
+    ) -> Option<pb::ReplicaState> {
+        let req = self.request(pb::InspectRequest {}, wait);
+        let reply = match self.client(address) {
+            Ok(mut c) => c.inspect(req).await,
+            Err(_) => return None,
+        };
+        let answered = answered(&reply);
+        self.streaks.record(&peer.id, peer.incarnation, answered);
+        if reply.is_ok() {
+            // A peer reached is one to ask when the database is away.
+            let known = (peer.incarnation, address.to_string());
+            self.peers().insert(peer.id.clone(), known);
+        }
+        reply.ok().map(tonic::Response::into_inner)
+    }
+
+    /// Whether a peer known from the last [`RelayClient::refresh_peers`]
+    /// says, within `wait`, that it is ready (listening, its database
+    /// answering, not draining): a replica this one's nodes can move to.
+    pub async fn a_peer_is_ready(self: &Arc<Self>, wait: Duration) -> bool {
+        let me = self.identity.id();
+        let peers: Vec<(ReplicaRef, String)> = self
+            .peers()
+            .iter()
+            .filter(|(id, _)| **id != me)
+            .map(|(id, (incarnation, addr))| {
+                let peer = ReplicaRef {
+                    id: id.clone(),
+                    incarnation: *incarnation,
+                };
+                (peer, addr.clone())
+            })
+            .collect();
+        let mut asks = tokio::task::JoinSet::new();
+        for (peer, addr) in peers {
+            let me = self.clone();
+            asks.spawn(async move {
+                me.inspect(&peer, &addr, wait)
+                    .await
+                    .is_some_and(|s| s.ready)
+            });
+        }
+        while let Some(done) = asks.join_next().await {
+            if done.unwrap_or(false) {
+                return true;
+            }
+        }
+        false
     }
 
     /// A client for the replica at `address` (channels are cached and
@@ -155,10 +227,19 @@ impl Remote for RelayClient {
         let reply = self
             .client(&address)?
             .forward(self.request(msg, self.deadline))
-            .await
-            .map_err(|s| wire::error_from(&at.node, epoch, &s))?;
+            .await;
+        let answered = answered(&reply);
+        self.streaks
+            .record(&at.owner.id, at.owner.incarnation, answered);
+        let reply = reply.map_err(|s| wire::error_from(&at.node, epoch, &s))?;
         wire::reply_from(reply.into_inner())
     }
+}
+
+/// Whether a relay call reached the peer: any answer of its own counts,
+/// only a failure below gRPC (see [`wire::unreached`]) does not.
+fn answered<T>(reply: &Result<T, tonic::Status>) -> bool {
+    reply.as_ref().err().is_none_or(|s| !wire::unreached(s))
 }
 
 /// The relay carries what the listeners accept, both ways.

@@ -107,6 +107,17 @@ pub fn error_from(node: &str, epoch: u64, s: &Status) -> TransportError {
     }
 }
 
+/// Whether a failed relay call never got the peer's own answer: the
+/// connection was refused, reset or timed out (a node's own timeout,
+/// reported by the peer, is an answer).
+pub fn unreached(s: &Status) -> bool {
+    match s.code() {
+        Code::Unavailable | Code::Cancelled | Code::Unknown => true,
+        Code::DeadlineExceeded => !s.message().starts_with(NODE_TIMEOUT),
+        _ => false,
+    }
+}
+
 /// A refusal of a command of `epoch` as stale, if `s` is one.
 fn fenced_from(s: &Status, epoch: u64) -> Option<TransportError> {
     let highest = s.metadata().get(HIGHEST)?.to_str().ok()?.parse().ok()?;

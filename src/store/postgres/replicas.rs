@@ -124,6 +124,38 @@ impl PgStore {
             .await
     }
 
+    /// The leader's duty: sets (or lifts) the drain flag of run
+    /// `incarnation` of replica `id`, which learns it at its next
+    /// heartbeat. `false` when that run is gone (restarted or declared
+    /// dead: a new run starts undrained anyway). Fenced by this store's
+    /// epoch.
+    pub async fn set_drain(
+        &self,
+        id: &str,
+        incarnation: u64,
+        drain: bool,
+    ) -> Result<bool, StoreError> {
+        let op = Op {
+            name: "set_drain",
+            mode: Mode::Derive(self.fence),
+        };
+        let incarnation = i64::try_from(incarnation).unwrap_or(i64::MAX);
+        self.tx
+            .run(op, (id, incarnation, drain), |db, (id, inc, drain)| {
+                Box::pin(async move {
+                    let n = execute(
+                        db,
+                        "UPDATE replicas SET drain = $3 \
+                         WHERE id = $1 AND incarnation = $2 AND NOT expired",
+                        &[id, inc, drain],
+                    )
+                    .await?;
+                    Ok(n == 1)
+                })
+            })
+            .await
+    }
+
     /// The relay secret every replica shares: `candidate` if none was
     /// stored yet, else the stored one.
     pub async fn cluster_secret(&self, candidate: &str) -> Result<String, StoreError> {
