@@ -67,8 +67,8 @@ pub fn config_data(endpoint: &str, link_id: &str) -> String {
 /// 3.x turns any value into a fixed interval retried without end, while
 /// without one the node keeps the backoff of its own outbound client
 /// settings (`controller.outbound_clients`), where an operator bounds it.
-/// The link id and type ride along for readers of the listing; the node
-/// takes both from the connection itself.
+/// The link id and type ride along though the node ignores them here (it
+/// takes both from the connection), so the text names its link in logs.
 pub fn requirements(endpoint: &str, link_id: &str) -> String {
     json!({
         "endpoint": url(endpoint),
