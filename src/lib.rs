@@ -11,6 +11,7 @@ pub mod northbound;
 pub mod ops;
 pub mod proto;
 pub mod reconcile;
+pub mod revision;
 pub mod routing;
 pub mod server;
 pub mod sim;

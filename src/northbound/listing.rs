@@ -5,6 +5,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use crate::names;
+use crate::proto::details::Form;
 use crate::proto::{nb, sb};
 use crate::routing::topology::SegmentGraph;
 use crate::southbound::handshake::detail_to_wire;
@@ -13,6 +14,12 @@ use crate::store::model::{Link, LinkStatus, NodeRecord, Route, RouteStatus, Temp
 /// The source id of wildcard templates in route listings.
 pub const ALL_NODES: &str = "*";
 
+/// A node as `ListNodes` gives it. Its listeners are written in the common
+/// form (see [`Form::Common`]), whatever revision the node spoke: slimctl
+/// 2.0.0-alpha.2 and 3.x send byte-identical `ListNodes` calls (same
+/// request, same tonic user agent, no header of their own), so the
+/// caller's revision cannot be told, and a listener written in the other
+/// revision's form would fail the caller's whole listing.
 pub fn node_entry(n: &NodeRecord) -> nb::NodeEntry {
     let status = if n.is_connected() {
         nb::NodeStatus::Connected
@@ -21,7 +28,11 @@ pub fn node_entry(n: &NodeRecord) -> nb::NodeEntry {
     };
     nb::NodeEntry {
         id: n.id.clone(),
-        connections: n.connection_details.iter().map(detail_to_wire).collect(),
+        connections: n
+            .connection_details
+            .iter()
+            .map(|d| detail_to_wire(d, Form::Common))
+            .collect(),
         status: status as i32,
         group: n.group.clone().unwrap_or_default(),
     }

@@ -6,20 +6,41 @@
 //! for one revision refuses the other's message outright, and a node whose
 //! registration fails to decode gives up for good; so this type is written
 //! by hand: it tells the revisions apart by wire type, keeps what either
-//! sends, and encodes in the revision it was read in.
+//! sends, and encodes in the form it is given: a node's own revision, or
+//! the common form both revisions decode (for callers whose revision
+//! cannot be told, see [`Form::Common`]).
 
 use prost::bytes::{Buf, BufMut};
 use prost::encoding::{self, DecodeContext, WireType};
 use prost::{DecodeError, Message};
 
-/// Which wire revision a node's details came in.
+pub use crate::revision::Revision;
+
+/// How a `ConnectionDetails` is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Revision {
-    /// 2.0.0-alpha.2, the revision the architecture describes.
+pub enum Form {
+    /// 2.0.0-alpha.2: `spire_mtls = 3`, `metadata = 4`.
     #[default]
     V2,
-    /// The 3.x line.
+    /// 3.x: `tls_required = 3`, `auth_method = 4`, `spire_trust_domain =
+    /// 5`, `metadata = 6`.
     V3,
+    /// Only the fields neither revision misreads: 1 and 2, which both
+    /// share, and 5 and 6, which a 2.0.0-alpha.2 decoder skips as unknown.
+    /// Fields 3 and 4 are left out: whichever revision's meaning they
+    /// carried, a decoder of the other refuses the whole message. A 3.x
+    /// reader sees `tls_required: false` and `AUTH_METHOD_NONE` there; a
+    /// 2.0.0-alpha.2 reader sees no SPIRE settings and no metadata.
+    Common,
+}
+
+impl From<Revision> for Form {
+    fn from(r: Revision) -> Form {
+        match r {
+            Revision::V2 => Form::V2,
+            Revision::V3 => Form::V3,
+        }
+    }
 }
 
 pub mod connection_details {
@@ -48,17 +69,31 @@ pub struct ConnectionDetails {
     pub auth_method: i32,
     /// 3.x only.
     pub spire_trust_domain: Option<String>,
-    /// The revision it was read in (2.0.0-alpha.2 unless a 3.x field came).
-    pub revision: Revision,
+    /// The form it was read in (2.0.0-alpha.2 unless a 3.x field came),
+    /// and the form it is written in.
+    pub form: Form,
 }
 
 impl ConnectionDetails {
-    /// Metadata's field number in this revision.
-    fn metadata_tag(&self) -> u32 {
-        match self.revision {
-            Revision::V2 => 4,
-            Revision::V3 => 6,
+    /// The revision of the node that sent it.
+    pub fn revision(&self) -> Revision {
+        match self.form {
+            Form::V3 => Revision::V3,
+            Form::V2 | Form::Common => Revision::V2,
         }
+    }
+
+    /// Metadata's field number in this form.
+    fn metadata_tag(&self) -> u32 {
+        match self.form {
+            Form::V2 => 4,
+            Form::V3 | Form::Common => 6,
+        }
+    }
+
+    /// The 3.x fields this form writes: 3 and 4 only in 3.x itself.
+    fn writes_tls_and_auth(&self) -> bool {
+        self.form == Form::V3
     }
 }
 
@@ -70,17 +105,17 @@ impl Message for ConnectionDetails {
         if let Some(e) = &self.external_endpoint {
             encoding::string::encode(2, e, buf);
         }
-        match self.revision {
-            Revision::V2 => {
+        match self.form {
+            Form::V2 => {
                 if let Some(s) = &self.spire_mtls {
                     encoding::message::encode(3, s, buf);
                 }
             }
-            Revision::V3 => {
-                if self.tls_required {
+            Form::V3 | Form::Common => {
+                if self.writes_tls_and_auth() && self.tls_required {
                     encoding::bool::encode(3, &self.tls_required, buf);
                 }
-                if self.auth_method != 0 {
+                if self.writes_tls_and_auth() && self.auth_method != 0 {
                     encoding::int32::encode(4, &self.auth_method, buf);
                 }
                 if let Some(t) = &self.spire_trust_domain {
@@ -102,7 +137,7 @@ impl Message for ConnectionDetails {
     ) -> Result<(), DecodeError> {
         use WireType::{LengthDelimited as Len, Varint};
         if matches!((tag, wire_type), (3 | 4, Varint) | (5 | 6, _)) {
-            self.revision = Revision::V3;
+            self.form = Form::V3;
         }
         match (tag, wire_type) {
             (1, _) => encoding::string::merge(wire_type, &mut self.endpoint, buf, ctx),
@@ -136,19 +171,21 @@ impl Message for ConnectionDetails {
         if let Some(e) = &self.external_endpoint {
             len += encoding::string::encoded_len(2, e);
         }
-        len += match self.revision {
-            Revision::V2 => self
+        len += match self.form {
+            Form::V2 => self
                 .spire_mtls
                 .as_ref()
                 .map_or(0, |s| encoding::message::encoded_len(3, s)),
-            Revision::V3 => {
-                let tls = match self.tls_required {
+            Form::V3 | Form::Common => {
+                let tls = match self.writes_tls_and_auth() && self.tls_required {
                     true => encoding::bool::encoded_len(3, &true),
                     false => 0,
                 };
                 let auth = match self.auth_method {
-                    0 => 0,
-                    a => encoding::int32::encoded_len(4, &a),
+                    a if a != 0 && self.writes_tls_and_auth() => {
+                        encoding::int32::encoded_len(4, &a)
+                    }
+                    _ => 0,
                 };
                 let td = self
                     .spire_trust_domain
@@ -196,7 +233,7 @@ mod tests {
     fn a_3x_listener_is_read_whole_and_written_back_the_same() {
         let bytes = v3_bytes("edge.example");
         let d = ConnectionDetails::decode(bytes.as_slice()).expect("decodes");
-        assert_eq!(d.revision, Revision::V3);
+        assert_eq!(d.revision(), Revision::V3);
         assert!(d.tls_required);
         assert_eq!(d.auth_method, 2);
         assert_eq!(d.spire_trust_domain.as_deref(), Some("edge.example"));
@@ -222,7 +259,7 @@ mod tests {
         assert_eq!(bytes.len(), d.encoded_len());
         let back = ConnectionDetails::decode(bytes.as_slice()).expect("decodes");
         assert_eq!(back, d);
-        assert_eq!(back.revision, Revision::V2);
+        assert_eq!(back.revision(), Revision::V2);
     }
 
     #[test]

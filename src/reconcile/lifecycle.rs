@@ -111,6 +111,7 @@ mod tests {
             connection_details: vec![],
             reported_connections: vec![],
             reported_routes: vec![],
+            revision: Default::default(),
             received_links: vec![],
             session: session.map(|(generation, state)| Session {
                 id: uuid::Uuid::new_v4(),

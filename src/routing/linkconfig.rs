@@ -4,6 +4,17 @@
 //! node's default (`edge`) would make a link it never treats as managed by
 //! the control plane. The link id travels inside so that the destination can
 //! report the link back when it claims it.
+//!
+//! Commands (`ConfigurationCommand` with `reconcile: false`) carry this
+//! client configuration to nodes of both revisions alike: 3.x `slim` reads
+//! it with the same keys. The connections of a `RegisterNodeResponse` are
+//! another matter: a 3.x node applies them as a full-state reconcile and
+//! reads each `config_data` as the *server's requirements*
+//! (`ServerConnectionConfig` of `agntcy-slim-config` 0.17: `endpoint`,
+//! `tls_required` and `auth_method` required, `timeout` and `backoff` in
+//! milliseconds), which it merges into its own outbound client settings.
+//! A client configuration fails that parse (no `tls_required`), so such a
+//! node gets [`requirements`] there instead.
 
 use std::sync::LazyLock;
 
@@ -20,7 +31,18 @@ use serde_json::json;
 const DIAL_INTERVAL: &str = "1s";
 const DIAL_RETRIES: u32 = 3;
 const CONNECT_TIMEOUT: &str = "2s";
+const CONNECT_TIMEOUT_MS: u32 = 2000;
 const KEEPALIVE: &str = "20s";
+
+/// HTTP/2 and TCP keepalives of a link, the same in both revisions.
+fn keepalive() -> serde_json::Value {
+    json!({
+        "tcp_keepalive": KEEPALIVE,
+        "http2_keepalive": KEEPALIVE,
+        "timeout": KEEPALIVE,
+        "keep_alive_while_idle": false,
+    })
+}
 
 /// The JSON client configuration for a link to `endpoint` (`host:port`).
 pub fn config_data(endpoint: &str, link_id: &str) -> String {
@@ -33,12 +55,27 @@ pub fn config_data(endpoint: &str, link_id: &str) -> String {
             "interval": DIAL_INTERVAL,
             "max_attempts": DIAL_RETRIES,
         },
-        "keepalive": {
-            "tcp_keepalive": KEEPALIVE,
-            "http2_keepalive": KEEPALIVE,
-            "timeout": KEEPALIVE,
-            "keep_alive_while_idle": false,
-        },
+        "keepalive": keepalive(),
+        "link_id": link_id,
+        "connection_type": "remote",
+    })
+    .to_string()
+}
+
+/// The server requirements for a link to `endpoint` (`host:port`), as a 3.x
+/// node reads the connections of its `RegisterNodeResponse`. No `backoff`:
+/// 3.x turns any value into a fixed interval retried without end, while
+/// without one the node keeps the backoff of its own outbound client
+/// settings (`controller.outbound_clients`), where an operator bounds it.
+/// The link id and type ride along though the node ignores them here (it
+/// takes both from the connection), so the text names its link in logs.
+pub fn requirements(endpoint: &str, link_id: &str) -> String {
+    json!({
+        "endpoint": url(endpoint),
+        "tls_required": false,
+        "auth_method": "none",
+        "timeout": CONNECT_TIMEOUT_MS,
+        "keepalive": keepalive(),
         "link_id": link_id,
         "connection_type": "remote",
     })
@@ -111,6 +148,17 @@ mod tests {
             "a dial must end"
         );
         assert_eq!(v["connect_timeout"], CONNECT_TIMEOUT);
+    }
+
+    #[test]
+    fn requirements_carry_what_a_3x_node_requires_and_no_endless_backoff() {
+        let data = requirements("10.0.0.2:46357", "l-1");
+        let v: serde_json::Value = serde_json::from_str(&data).unwrap();
+        assert_eq!(v["endpoint"], "http://10.0.0.2:46357");
+        assert_eq!(v["tls_required"], false);
+        assert_eq!(v["auth_method"], "none");
+        assert_eq!(v["timeout"], CONNECT_TIMEOUT_MS);
+        assert!(v.get("backoff").is_none(), "3.x would retry it forever");
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub(super) fn mk_node(group: &str, node: &str) -> NodeRecord {
         }],
         reported_connections: vec![],
         reported_routes: vec![],
+        revision: Default::default(),
         received_links: vec![],
         session: Some(Session {
             id: uuid::Uuid::nil(),

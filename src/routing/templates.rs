@@ -92,6 +92,7 @@ mod tests {
             connection_details: vec![],
             reported_connections: vec![],
             reported_routes: vec![],
+            revision: Default::default(),
             received_links: vec![],
             session: Some(Session {
                 id: uuid::Uuid::nil(),

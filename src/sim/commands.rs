@@ -6,16 +6,19 @@
 //! - `reconcile: true`: the command is the whole desired control-plane
 //!   state: outgoing remote links not listed are closed, listed ones
 //!   created, tracked routes not listed removed, listed ones installed.
-//!   `connections_to_delete` and `routes_to_delete` are ignored.
+//!   `connections_to_delete` and `routes_to_delete` are ignored. A 3.x
+//!   node reads the connections of such a command as server requirements,
+//!   not as client configurations.
 
 use std::collections::HashSet;
 
-use super::linkcfg::{parse_addr, parse_config};
+use super::linkcfg::{LinkConfig, parse_addr, parse_config, parse_requirements};
 use super::names::NameKey;
 use super::network::{Dial, NetState};
 use super::tables::{Tables, Tracked};
 use crate::proto::sb::control_message::Payload;
 use crate::proto::{dp, sb};
+use crate::revision::Revision;
 
 /// A control message with a fresh id.
 pub(crate) fn control(payload: Payload) -> sb::ControlMessage {
@@ -117,12 +120,11 @@ fn route_ack(route: sb::Route, result: Result<(), String>) -> sb::RouteAck {
     }
 }
 
-/// Applies `cmd` to the process `key`/`incarnation`; `None` when that
-/// process no longer runs.
+/// Applies `cmd` to the process `key`/`incarnation`, a node of
+/// `revision`; `None` when that process no longer runs.
 pub(crate) fn apply(
     net: &mut NetState,
-    key: &str,
-    incarnation: u64,
+    (key, incarnation, revision): (&str, u64, Revision),
     cmd: &sb::ConfigurationCommand,
     faults: &Faults,
 ) -> Option<Applied> {
@@ -135,6 +137,7 @@ pub(crate) fn apply(
         key,
         incarnation,
         faults,
+        requirements: cmd.reconcile && revision == Revision::V3,
         out: Applied::default(),
     };
     if cmd.reconcile {
@@ -187,6 +190,8 @@ struct Ctx<'a> {
     key: &'a str,
     incarnation: u64,
     faults: &'a Faults,
+    /// Connections carry server requirements (a 3.x full-state reconcile).
+    requirements: bool,
     out: Applied,
 }
 
@@ -225,8 +230,9 @@ impl Ctx<'_> {
     /// Creates a connection from its client configuration. The link id is
     /// the configuration's; without one, the command's `link_id`.
     fn create_link(&mut self, conn: &sb::Connection, reuse: bool) -> Result<(), String> {
-        let cfg =
-            parse_config(&conn.config_data).map_err(|e| format!("Failed to parse config: {e}"))?;
+        let cfg = self
+            .parse(&conn.config_data)
+            .map_err(|e| format!("Failed to parse config: {e}"))?;
         let link = match (&cfg.link_id, conn.link_id.trim()) {
             (Some(l), _) => l.clone(),
             (None, "") => uuid::Uuid::new_v4().to_string(),
@@ -248,6 +254,13 @@ impl Ctx<'_> {
             self.out.failed_dials += 1;
             format!("Connection failed: {e}")
         })
+    }
+
+    fn parse(&self, config_data: &str) -> Result<LinkConfig, String> {
+        match self.requirements {
+            true => parse_requirements(config_data),
+            false => parse_config(config_data),
+        }
     }
 
     fn set_route(&mut self, route: &sb::Route) -> Result<(), String> {

@@ -53,6 +53,34 @@ pub fn parse_config(data: &str) -> Result<LinkConfig, String> {
     })
 }
 
+/// The server requirements a 3.x node reads from the connections of a
+/// full-state reconcile (its registration response): `endpoint`,
+/// `tls_required` and `auth_method` required, `backoff` a number of
+/// milliseconds if present. The link id and type come from the connection
+/// (the node makes every such link `remote`).
+#[derive(Deserialize)]
+struct RawRequirements {
+    endpoint: String,
+    // Read only to fail as the node fails when they are missing or amiss.
+    #[serde(rename = "tls_required")]
+    _tls_required: bool,
+    #[serde(rename = "auth_method")]
+    _auth_method: serde_json::Value,
+    #[serde(rename = "backoff", default)]
+    _backoff: Option<u32>,
+}
+
+/// Parses `config_data` as a 3.x node reads its registration response's
+/// connections; the error is the parser's message.
+pub fn parse_requirements(data: &str) -> Result<LinkConfig, String> {
+    let raw: RawRequirements = serde_json::from_str(data).map_err(|e| e.to_string())?;
+    Ok(LinkConfig {
+        endpoint: raw.endpoint,
+        link_id: None,
+        conn_type: sb::ConnectionType::Remote,
+    })
+}
+
 /// A normalised data-plane address: lower-case host without brackets, port.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Addr {

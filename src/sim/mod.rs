@@ -26,11 +26,13 @@ mod tables;
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::revision::Revision;
 pub use balancer::Balancer;
 pub use fleet::{FleetOptions, SimFleet};
-pub use linkcfg::{Addr, LinkConfig, parse_addr, parse_config};
+pub use linkcfg::{Addr, LinkConfig, parse_addr, parse_config, parse_requirements};
 pub use network::SimNetwork;
 pub use node::SimNode;
 pub use tables::{LIST_CHUNK, SimConnection, SimRoute, Tables, chunk_list};
@@ -48,6 +50,14 @@ pub struct SimNodeSpec {
     pub external_endpoint: Option<String>,
     /// Registration credentials (empty without auth).
     pub credentials: String,
+    /// The southbound revision the node speaks: its listener details on
+    /// the wire, and how it reads the connections of its registration
+    /// response (3.x: as server requirements).
+    pub revision: Revision,
+    /// Listener metadata. A 3.x node sends it in a field of that revision
+    /// only, so with metadata its revision can be told; without, a 3.x
+    /// registration reads exactly like a 2.0.0-alpha.2 one.
+    pub metadata: BTreeMap<String, String>,
 }
 
 impl SimNodeSpec {
@@ -59,7 +69,21 @@ impl SimNodeSpec {
             endpoint: endpoint.to_string(),
             external_endpoint: None,
             credentials: String::new(),
+            revision: Revision::V2,
+            metadata: BTreeMap::new(),
         }
+    }
+
+    /// The same node speaking the 3.x revision.
+    pub fn v3(mut self) -> SimNodeSpec {
+        self.revision = Revision::V3;
+        self
+    }
+
+    /// The same node with one more metadata entry on its listener.
+    pub fn with_metadata(mut self, key: &str, value: &str) -> SimNodeSpec {
+        self.metadata.insert(key.to_string(), value.to_string());
+        self
     }
 
     /// The id the control plane files the node under: `group/node` or bare.

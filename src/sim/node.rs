@@ -74,6 +74,7 @@ impl SimNode {
             silent: AtomicBool::new(false),
             commands: AtomicU64::new(0),
             failed_dials: AtomicU64::new(0),
+            failed_links: AtomicU64::new(0),
             status: Mutex::new(status),
             apps: Mutex::new(BTreeMap::new()),
         };
@@ -289,6 +290,12 @@ impl SimNode {
     /// Link dials that failed so far (all processes).
     pub fn failed_dials(&self) -> u64 {
         self.shared.failed_dials.load(Ordering::Relaxed)
+    }
+
+    /// Connections asked for that failed (all processes), whether the
+    /// node could not read their configuration or could not dial.
+    pub fn failed_links(&self) -> u64 {
+        self.shared.failed_links.load(Ordering::Relaxed)
     }
 
     /// Successful registrations so far (all processes).

@@ -18,6 +18,7 @@ use super::tables::{SimConnection, Tables};
 use super::{NodeState, SimNetwork, SimNodeSpec, SimOptions};
 use crate::proto::sb::control_message::Payload;
 use crate::proto::{dp, sb};
+use crate::revision::Revision;
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -49,6 +50,9 @@ pub(crate) struct NodeShared {
     pub commands: AtomicU64,
     /// Dials of links that failed (all processes).
     pub failed_dials: AtomicU64,
+    /// Connections a command asked for that the node refused or failed to
+    /// make, parse errors included (all processes).
+    pub failed_links: AtomicU64,
     pub status: Mutex<Status>,
     /// What local apps subscribed, kept across restarts (apps come back).
     pub apps: Mutex<BTreeMap<NameKey, dp::Name>>,
@@ -147,17 +151,18 @@ impl Proc {
         let connections = self.with_tables(|t| t.registration_connections())?;
         let req = sb::RegisterNodeRequest {
             node_id: spec.node_id.clone(),
-            connection_details: vec![sb::ConnectionDetails {
-                endpoint: spec.endpoint.clone(),
-                external_endpoint: spec.external_endpoint.clone(),
-                ..Default::default()
-            }],
+            connection_details: vec![listener(spec)],
             group_name: spec.group.clone(),
             connections,
             routes: Vec::new(),
             credentials: spec.credentials.clone(),
         };
         Some(super::commands::control(Payload::RegisterNodeRequest(req)))
+    }
+
+    /// The revision the node speaks.
+    pub fn revision(&self) -> Revision {
+        self.shared.spec.revision
     }
 
     /// Attaches the new stream's sender; returns the queued notifications.
@@ -258,5 +263,24 @@ pub(super) async fn run(p: Proc, mut ctl: mpsc::UnboundedReceiver<Ctl>) {
                 };
             }
         }
+    }
+}
+
+/// The node's one data-plane listener, written in its revision.
+fn listener(spec: &SimNodeSpec) -> sb::ConnectionDetails {
+    use prost_types::value::Kind;
+    let value = |v: &String| prost_types::Value {
+        kind: Some(Kind::StringValue(v.clone())),
+    };
+    let fields = spec.metadata.iter().map(|(k, v)| (k.clone(), value(v)));
+    let metadata = prost_types::Struct {
+        fields: fields.collect(),
+    };
+    sb::ConnectionDetails {
+        endpoint: spec.endpoint.clone(),
+        external_endpoint: spec.external_endpoint.clone(),
+        metadata: (!spec.metadata.is_empty()).then_some(metadata),
+        form: spec.revision.into(),
+        ..Default::default()
     }
 }

@@ -188,7 +188,8 @@ async fn answer_command(p: &Proc, s: &Stream, id: &str, cmd: &sb::ConfigurationC
     let faults = p.faults();
     let applied = {
         let mut net = p.shared.network.lock();
-        apply(&mut net, &p.shared.key, p.incarnation, cmd, &faults)
+        let who = (p.shared.key.as_str(), p.incarnation, p.revision());
+        apply(&mut net, who, cmd, &faults)
     };
     let Some(mut applied) = applied else {
         return;
@@ -197,6 +198,10 @@ async fn answer_command(p: &Proc, s: &Stream, id: &str, cmd: &sb::ConfigurationC
     p.shared
         .failed_dials
         .fetch_add(applied.failed_dials, std::sync::atomic::Ordering::Relaxed);
+    let failed = applied.connections.iter().filter(|a| !a.success).count();
+    p.shared
+        .failed_links
+        .fetch_add(failed as u64, std::sync::atomic::Ordering::Relaxed);
     let _ = s.tx.send(ack_msg(id, applied)).await;
     p.notify(owed);
 }

@@ -8,6 +8,7 @@ use super::network::{NetState, ProcessStart, Signals};
 use super::tables::{LIST_CHUNK, chunk_list};
 use crate::proto::sb::control_message::Payload;
 use crate::proto::{dp, sb};
+use crate::revision::Revision;
 
 /// A network with running nodes `a` (a:1) and `b` (b:2); the receivers
 /// collect what each sends the control plane unprompted.
@@ -76,7 +77,7 @@ fn run(
     key: &str,
     cmd: sb::ConfigurationCommand,
 ) -> (Vec<sb::ConnectionAck>, Vec<sb::RouteAck>) {
-    let applied = apply(net, key, 1, &cmd, &Faults::default()).unwrap();
+    let applied = apply(net, (key, 1, Revision::V2), &cmd, &Faults::default()).unwrap();
     for msg in applied.owed {
         net.process(key, 1).unwrap().outbox.notify(msg);
     }
@@ -331,7 +332,7 @@ fn injected_failures_answer_every_item() {
         routes_to_delete: vec![route("m", Some("L"))],
         ..Default::default()
     };
-    let applied = apply(&mut net, "a", 1, &cmd, &faults).unwrap();
+    let applied = apply(&mut net, ("a", 1, Revision::V2), &cmd, &faults).unwrap();
     assert_eq!(applied.connections.len(), 2);
     assert_eq!(applied.routes.len(), 2);
     let all = applied
@@ -348,7 +349,7 @@ fn injected_failures_answer_every_item() {
         refuse_endpoint: Some("127.0.0.1:2".into()),
     };
     let cmd = reconcile(vec![link("L", "127.0.0.1:2")], vec![]);
-    let applied = apply(&mut net, "a", 1, &cmd, &refuse).unwrap();
+    let applied = apply(&mut net, ("a", 1, Revision::V2), &cmd, &refuse).unwrap();
     assert!(!applied.connections[0].success);
 }
 
@@ -429,4 +430,28 @@ fn connection_ids_are_reused_last_freed_first() {
     );
     assert_eq!(ids(&mut net), vec![0, 1, 2]);
     assert_eq!(net.process("a", 1).unwrap().tables.find_link("L3"), Some(1));
+}
+
+#[test]
+fn a_3x_node_reads_a_full_state_reconcile_as_server_requirements() {
+    let (mut net, _a, _b) = net();
+    let v3 = ("a", 1, Revision::V3);
+    let client = reconcile(vec![link("l-1", "127.0.0.1:2")], Vec::new());
+    let applied = apply(&mut net, v3, &client, &Faults::default()).unwrap();
+    let err = &applied.connections[0].error_msg;
+    assert!(err.contains("missing field `tls_required`"), "{err}");
+    let data = crate::routing::linkconfig::requirements("127.0.0.1:2", "l-1");
+    let conn = sb::Connection {
+        link_id: "l-1".into(),
+        config_data: data,
+    };
+    let applied = apply(
+        &mut net,
+        v3,
+        &reconcile(vec![conn], Vec::new()),
+        &Faults::default(),
+    );
+    assert!(applied.unwrap().connections[0].success);
+    let outgoing = sb::ConnectionDirection::Outgoing;
+    assert_eq!(links(&mut net, "a"), vec![("l-1".to_string(), outgoing)]);
 }

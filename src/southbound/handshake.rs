@@ -5,6 +5,7 @@ use std::net::IpAddr;
 
 use crate::limits::{self, LimitError};
 use crate::names;
+use crate::proto::details::{Form, Revision};
 use crate::proto::sb;
 use crate::store::model::{ConnectionDetail, Name, Registration, ReportedConnection, SpireMtls};
 
@@ -78,6 +79,7 @@ pub fn registration(
             .map(|d| connection_detail(d, peer))
             .collect(),
         reported_connections: req.connections.iter().filter_map(reported).collect(),
+        revision: revision_of(req),
         reported_routes: req
             .routes
             .iter()
@@ -98,6 +100,17 @@ fn reported(entry: &sb::ConnectionEntry) -> Option<ReportedConnection> {
     })
 }
 
+/// 3.x when any listener came in the 3.x form. A 3.x node that sends no
+/// 3.x field is indistinguishable from a 2.0.0-alpha.2 one and is served
+/// as one (see `routing::linkconfig` for what that costs).
+pub fn revision_of(req: &sb::RegisterNodeRequest) -> Revision {
+    let v3 = req
+        .connection_details
+        .iter()
+        .any(|d| d.revision() == Revision::V3);
+    if v3 { Revision::V3 } else { Revision::V2 }
+}
+
 fn connection_detail(d: &sb::ConnectionDetails, peer: Option<IpAddr>) -> ConnectionDetail {
     ConnectionDetail {
         endpoint: rewrite_wildcard_host(&d.endpoint, peer),
@@ -107,6 +120,9 @@ fn connection_detail(d: &sb::ConnectionDetails, peer: Option<IpAddr>) -> Connect
             trust_domain: s.trust_domain.clone(),
         }),
         metadata: d.metadata.as_ref().map(struct_to_json).unwrap_or_default(),
+        tls_required: d.tls_required,
+        auth_method: d.auth_method,
+        spire_trust_domain: d.spire_trust_domain.clone().filter(|t| !t.is_empty()),
     }
 }
 
@@ -162,8 +178,14 @@ fn value_to_json(v: &prost_types::Value) -> serde_json::Value {
     }
 }
 
-/// The wire form of stored connection details (for listings).
-pub fn detail_to_wire(d: &ConnectionDetail) -> sb::ConnectionDetails {
+/// Stored connection details on the wire, written in `form`. A 2.0.0-alpha.2
+/// node's SPIRE trust domain also fills the 3.x field, which the common
+/// form carries.
+pub fn detail_to_wire(d: &ConnectionDetail, form: Form) -> sb::ConnectionDetails {
+    let spire_trust_domain = d.spire_trust_domain.clone().or_else(|| {
+        let spire = d.spire_mtls.as_ref();
+        spire.and_then(|s| s.trust_domain.clone())
+    });
     sb::ConnectionDetails {
         endpoint: d.endpoint.clone(),
         external_endpoint: d.external_endpoint.clone(),
@@ -175,7 +197,10 @@ pub fn detail_to_wire(d: &ConnectionDetail) -> sb::ConnectionDetails {
                 trust_domain: s.trust_domain.clone(),
             }),
         metadata: (!d.metadata.is_empty()).then(|| json_to_struct(&d.metadata)),
-        ..Default::default()
+        tls_required: d.tls_required,
+        auth_method: d.auth_method,
+        spire_trust_domain,
+        form,
     }
 }
 
@@ -302,7 +327,7 @@ mod tests {
             metadata: m.clone(),
             ..Default::default()
         };
-        let wire = detail_to_wire(&d);
+        let wire = detail_to_wire(&d, Form::V2);
         assert_eq!(connection_detail(&wire, None).metadata, m);
     }
 

@@ -79,7 +79,8 @@ fn detail_bytes(d: &ConnectionDetail) -> usize {
     let external = d.external_endpoint.as_ref().map_or(0, String::len);
     // Metadata is bounded at the door; its JSON text is a fair measure.
     let metadata = serde_json::to_string(&d.metadata).map_or(0, |m| m.len());
-    d.endpoint.len() + external + metadata + ENTRY_OVERHEAD
+    let trust_domain = d.spire_trust_domain.as_ref().map_or(0, String::len);
+    d.endpoint.len() + external + metadata + trust_domain + ENTRY_OVERHEAD
 }
 
 fn registration_bytes(r: &Registration) -> usize {

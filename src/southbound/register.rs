@@ -23,7 +23,9 @@ use super::{Ctx, serve};
 use crate::names;
 use crate::proto::sb;
 use crate::proto::sb::control_message::Payload;
-use crate::store::model::{DepartureKind, DesiredState, Registration};
+use crate::revision::Revision;
+use crate::routing::linkconfig;
+use crate::store::model::{DepartureKind, DesiredState, Link, Registration};
 use crate::store::{SessionStart, StoreError, retry_until};
 use crate::transport::NodeStream;
 use crate::transport::stream::Outbound;
@@ -92,7 +94,7 @@ pub(super) async fn handshake(
     ctx.registry.insert(stream.clone());
     let reply = match pending {
         Some(_) => echo(&request),
-        None => desired(ctx, &node, &request, deadline).await,
+        None => desired(ctx, &registration, &request, deadline).await,
     };
     if !stream.send(envelope(message_id, reply)).await {
         let writer = FactWriter::spawn(ctx.clone(), stream.clone());
@@ -169,12 +171,13 @@ async fn begin(ctx: &Ctx, registration: &Registration, deadline: Instant) -> Rec
 /// the node reported (never an empty state: it would wipe the node).
 async fn desired(
     ctx: &Ctx,
-    node: &str,
+    registration: &Registration,
     request: &sb::RegisterNodeRequest,
     deadline: Instant,
 ) -> (Vec<sb::Connection>, Vec<sb::Route>) {
+    let node = registration.node_id.as_str();
     match retry_until(deadline, || ctx.store.desired_for_node(node)).await {
-        Ok(desired) => from_desired(&desired),
+        Ok(desired) => from_desired(&desired, registration.revision),
         Err(e) => {
             warn!(%node, error = %e, "desired state unavailable; replying with what the node holds");
             echo(request)
@@ -182,13 +185,23 @@ async fn desired(
     }
 }
 
-fn from_desired(desired: &DesiredState) -> (Vec<sb::Connection>, Vec<sb::Route>) {
+/// The desired state as a node of `revision` applies it on registration:
+/// a 3.x node reads each link's configuration as server requirements (see
+/// `routing::linkconfig`).
+fn from_desired(
+    desired: &DesiredState,
+    revision: Revision,
+) -> (Vec<sb::Connection>, Vec<sb::Route>) {
+    let config = |l: &Link| match revision {
+        Revision::V2 => l.config_data.clone(),
+        Revision::V3 => linkconfig::requirements(&l.dest_endpoint, &l.link_id),
+    };
     let connections = desired
         .links
         .iter()
         .map(|l| sb::Connection {
             link_id: l.link_id.clone(),
-            config_data: l.config_data.clone(),
+            config_data: config(l),
         })
         .collect();
     let routes = desired

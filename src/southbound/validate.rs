@@ -44,6 +44,10 @@ fn check_detail(d: &sb::ConnectionDetails) -> Result<(), Refusal> {
     let max = limits::MAX_ENDPOINT_BYTES;
     check_len("connection_details.endpoint", &d.endpoint, max)?;
     check_len("connection_details.external_endpoint", external, max)?;
+    // 3.x only; stored as text, so held to an endpoint's rules.
+    let trust_domain = d.spire_trust_domain.as_deref().unwrap_or_default();
+    check_text("connection_details.spire_trust_domain", trust_domain)?;
+    check_len("connection_details.spire_trust_domain", trust_domain, max)?;
     if let Some(m) = &d.metadata {
         use prost::Message;
         // The encoded size is a close, cheap bound of the stored JSON's.

@@ -16,6 +16,7 @@ mod domains;
 mod late;
 mod partial;
 mod retire;
+mod revision;
 pub use claims::{link_claims_round_trip, now_is_the_clock_of_the_stamps};
 pub use domains::{
     adding_a_domain_again_replaces_its_secret, domains_round_trip_in_name_order,
@@ -24,6 +25,9 @@ pub use domains::{
 pub use late::a_late_registration_never_replaces_a_newer_one;
 pub use partial::partial_reads_agree_with_the_full_listings;
 pub use retire::retired_links_go_only_while_their_source_is_away;
+pub use revision::{
+    a_reregistration_replaces_the_revision, the_revision_and_3x_details_round_trip,
+};
 
 /// Expands to one `#[tokio::test]` per conformance case. `$make` is an
 /// expression of a future yielding something that derefs to a fresh store.
@@ -63,7 +67,9 @@ macro_rules! store_conformance_tests {
             domains_round_trip_in_name_order,
             adding_a_domain_again_replaces_its_secret,
             removing_a_domain_says_whether_it_existed,
-            partial_reads_agree_with_the_full_listings
+            partial_reads_agree_with_the_full_listings,
+            the_revision_and_3x_details_round_trip,
+            a_reregistration_replaces_the_revision
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

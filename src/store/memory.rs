@@ -76,6 +76,7 @@ fn new_record(registration: &Registration) -> NodeRecord {
         connection_details: Vec::new(),
         reported_connections: Vec::new(),
         reported_routes: Vec::new(),
+        revision: registration.revision,
         received_links: Vec::new(),
         session: None,
         generation: 0,
@@ -119,6 +120,7 @@ impl Store for MemoryStore {
         rec.connection_details = registration.connection_details;
         rec.reported_connections = registration.reported_connections;
         rec.reported_routes = registration.reported_routes;
+        rec.revision = registration.revision;
         rec.received_links.clear();
         rec.generation = generation;
         rec.departure = None;

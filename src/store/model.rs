@@ -5,6 +5,8 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+pub use crate::revision::Revision;
+
 /// Effective node id: `"{group}/{node_id}"`, or the bare id without a group.
 pub type NodeId = String;
 
@@ -72,6 +74,15 @@ pub struct ConnectionDetail {
     pub spire_mtls: Option<SpireMtls>,
     /// The node's free-form metadata (a protobuf `Struct`) as JSON.
     pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// 3.x: the listener requires TLS.
+    #[serde(default)]
+    pub tls_required: bool,
+    /// 3.x: the `AuthMethod` the listener requires, by number (0 none).
+    #[serde(default)]
+    pub auth_method: i32,
+    /// 3.x: the SPIFFE trust domain of the listener.
+    #[serde(default)]
+    pub spire_trust_domain: Option<String>,
 }
 
 /// A control-plane-managed connection a node reports it holds.
@@ -103,6 +114,9 @@ pub struct Registration {
     pub reported_connections: Vec<ReportedConnection>,
     /// Routes the node listed in its registration (in practice none).
     pub reported_routes: Vec<Name>,
+    /// The southbound revision the node spoke (see [`Revision`]): what
+    /// the control plane sends it is written for that revision.
+    pub revision: Revision,
     /// For a registration recorded late (answered while the store was
     /// away): the highest generation the owner had seen before it arrived.
     /// A record whose latest generation is above it has a newer
@@ -119,6 +133,8 @@ pub struct NodeRecord {
     pub connection_details: Vec<ConnectionDetail>,
     pub reported_connections: Vec<ReportedConnection>,
     pub reported_routes: Vec<Name>,
+    /// The revision of the latest registration.
+    pub revision: Revision,
     /// Incoming links the node reported (`connections_received`) during its
     /// current session: the claim facts.
     pub received_links: Vec<String>,

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::{PATIENCE, Scenario, Table, spawn_slimctl};
+use super::{PATIENCE, Scenario, Table, spawn_slimctl_of};
 
 /// slimctl's publisher gives up on its session after 35 s; wait a bit more.
 const PUB_TIMEOUT: Duration = Duration::from_secs(45);
@@ -61,6 +61,11 @@ impl Scenario {
         let dir = self.dir.path().to_path_buf();
         let sub_url = self.node(to).dataplane_url();
         let pub_url = self.node(from).dataplane_url();
+        // Each app is the bench of its node's own release: it speaks that
+        // node's data-plane protocol, so only the link between the nodes
+        // crosses revisions.
+        let sub_v3 = self.node(to).spec.v3;
+        let pub_v3 = self.node(from).spec.v3;
         // One log pair per run: logs are appended to, and a second run on
         // the same node must not read the first run's count.
         let run = {
@@ -68,7 +73,8 @@ impl Scenario {
             RUNS.fetch_add(1, Ordering::Relaxed)
         };
         let name = |role: &str| format!("bench-{role}-{}-{run}", to.replace('/', "-"));
-        let mut sub = spawn_slimctl(
+        let mut sub = spawn_slimctl_of(
+            sub_v3,
             &dir,
             &name("sub"),
             &["bench", "sub", "--server", &sub_url, "-n", &expect],
@@ -90,7 +96,8 @@ impl Scenario {
                 if there { Ok(()) } else { Err(out.to_string()) }
             },
         );
-        let mut publisher = spawn_slimctl(
+        let mut publisher = spawn_slimctl_of(
+            pub_v3,
             &dir,
             &name("pub"),
             &["bench", "pub", "--server", &pub_url, "-n", &n],

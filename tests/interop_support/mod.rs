@@ -31,6 +31,7 @@ pub use process::Proc;
 pub use scenario::Scenario;
 pub use slimctl::{
     CtlOutput, Table, slimctl, slimctl_controller, slimctl_controller_v3, spawn_slimctl,
+    spawn_slimctl_of,
 };
 
 /// Bound for anything that happens promptly on a healthy machine. Generous

@@ -31,6 +31,10 @@ pub struct NodeSpec {
     /// 3.x only: sign the registration with this shared secret
     /// (`auth: {type: shared_secret}` of the service).
     pub auth_secret: Option<String>,
+    /// More `metadata` of the data-plane server. A 3.x node sends it in a
+    /// field of its revision only, which is how the control plane tells
+    /// its revision.
+    pub metadata: Vec<(String, String)>,
 }
 
 impl NodeSpec {
@@ -45,7 +49,14 @@ impl NodeSpec {
             log_level: "debug".into(),
             v3: false,
             auth_secret: None,
+            metadata: Vec::new(),
         }
+    }
+
+    /// One more entry in the data-plane server's metadata.
+    pub fn metadata(mut self, key: &str, value: &str) -> NodeSpec {
+        self.metadata.push((key.to_string(), value.to_string()));
+        self
     }
 
     /// A SLIM 3.x node.
@@ -113,10 +124,16 @@ impl NodeSpec {
         y.push_str(&format!(
             "    dataplane:\n      servers:\n        - endpoint: \"127.0.0.1:{dataplane}\"\n          tls:\n            insecure: true\n"
         ));
+        if self.external_endpoint || !self.metadata.is_empty() {
+            y.push_str("          metadata:\n");
+        }
         if self.external_endpoint {
             y.push_str(&format!(
-                "          metadata:\n            external_endpoint: \"127.0.0.1:{dataplane}\"\n"
+                "            external_endpoint: \"127.0.0.1:{dataplane}\"\n"
             ));
+        }
+        for (k, v) in &self.metadata {
+            y.push_str(&format!("            {k}: \"{v}\"\n"));
         }
         y.push_str("      clients: []\n    controller:\n");
         if let Some(p) = local_api {

@@ -260,7 +260,16 @@ fn controller_args(northbound: &str, args: &[&str]) -> Vec<String> {
 
 /// A long-running slimctl (e.g. `bench sub`), logging to `<dir>/<name>.log`.
 pub fn spawn_slimctl(dir: &Path, name: &str, args: &[&str]) -> Proc {
-    let mut cmd = base_command(&upstream("slimctl"), dir);
+    spawn_slimctl_of(false, dir, name, args)
+}
+
+/// [`spawn_slimctl`] of the 3.x release when `v3`.
+pub fn spawn_slimctl_of(v3: bool, dir: &Path, name: &str, args: &[&str]) -> Proc {
+    let bin = match v3 {
+        true => upstream_bin_v3("slimctl").expect("the test required slimctl 3.x"),
+        false => upstream("slimctl"),
+    };
+    let mut cmd = base_command(&bin, dir);
     cmd.args(args);
     Proc::spawn(name, cmd, &dir.join(format!("{name}.log")))
 }

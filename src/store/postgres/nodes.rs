@@ -30,7 +30,7 @@ const START_SESSION: &str = "WITH g AS (SELECT nextval('generation_seq') AS g) \
      UPDATE nodes SET group_name = $2, connection_details = $3, reported_connections = $4, \
        reported_routes = $5, received_links = '[]', session_id = $6, session_generation = g.g, \
        session_owner = $7, session_incarnation = $8, session_state = $9, generation = g.g, \
-       departure_generation = NULL, departure_kind = NULL, updated_at = now() \
+       departure_generation = NULL, departure_kind = NULL, revision = $10, updated_at = now() \
      FROM g WHERE id = $1 RETURNING g.g";
 
 pub(super) async fn begin_session(
@@ -61,6 +61,7 @@ pub(super) async fn begin_session(
             &owner.id,
             &to_i64(owner.incarnation)?,
             &session_state_sql(state),
+            &reg.revision.as_i16(),
         ],
     )
     .await?;

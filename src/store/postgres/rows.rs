@@ -10,7 +10,7 @@ use tokio_postgres::types::Json;
 use super::tx::TxError;
 use crate::store::model::{
     Claim, ConnectionDetail, Departure, DepartureKind, Link, LinkStatus, Name, NodeRecord,
-    ReportedConnection, Route, RouteStatus, Session, SessionState, SpireMtls, Template,
+    ReportedConnection, Revision, Route, RouteStatus, Session, SessionState, SpireMtls, Template,
 };
 
 /// Text values of the enum columns (the schema's CHECK constraints list the
@@ -56,6 +56,11 @@ sql_enum!(RouteStatus, route_status_sql, route_status_from {
 /// A database integer as the domain's unsigned one.
 pub(super) fn to_u64(v: i64) -> Result<u64, TxError> {
     u64::try_from(v).map_err(|_| TxError::Decode(format!("negative counter {v}")))
+}
+
+/// The `revision` column: the major version of the node's southbound.
+pub(super) fn revision_from(n: i16) -> Result<Revision, TxError> {
+    Revision::from_i16(n).ok_or_else(|| TxError::Decode(format!("revision {n}")))
 }
 
 /// A domain integer for a bigint column. Generations and incarnations come
@@ -114,6 +119,13 @@ pub(super) struct DetailRow {
     spire_mtls: Option<SpireRow>,
     #[serde(default)]
     metadata: serde_json::Map<String, serde_json::Value>,
+    // The 3.x fields; absent from rows written before they were kept.
+    #[serde(default)]
+    tls_required: bool,
+    #[serde(default)]
+    auth_method: i32,
+    #[serde(default)]
+    spire_trust_domain: Option<String>,
 }
 
 pub(super) fn names_json(names: &[Name]) -> Json<Vec<NameRow>> {
@@ -153,6 +165,9 @@ fn detail_row(d: &ConnectionDetail) -> DetailRow {
             trust_domain: s.trust_domain.clone(),
         }),
         metadata: d.metadata.clone(),
+        tls_required: d.tls_required,
+        auth_method: d.auth_method,
+        spire_trust_domain: d.spire_trust_domain.clone(),
     }
 }
 
@@ -165,6 +180,9 @@ fn detail_from(d: DetailRow) -> ConnectionDetail {
             trust_domain: s.trust_domain,
         }),
         metadata: d.metadata,
+        tls_required: d.tls_required,
+        auth_method: d.auth_method,
+        spire_trust_domain: d.spire_trust_domain,
     }
 }
 
@@ -192,7 +210,7 @@ fn names_from(rows: Vec<NameRow>) -> Result<Vec<Name>, TxError> {
 macro_rules! node_columns {
     () => {
         "id, group_name, connection_details, reported_connections, reported_routes, \
-         received_links, session_id, session_generation, session_owner, \
+         revision, received_links, session_id, session_generation, session_owner, \
          session_incarnation, session_state, generation, departure_generation, \
          departure_kind, floor(extract(epoch FROM updated_at))::bigint AS updated_ts"
     };
@@ -210,6 +228,7 @@ pub(super) fn node_from(row: &Row) -> Result<NodeRecord, TxError> {
         connection_details: details.0.into_iter().map(detail_from).collect(),
         reported_connections: connections_from(conns.0),
         reported_routes: names_from(routes.0)?,
+        revision: revision_from(row.try_get("revision")?)?,
         received_links: received.0,
         session: session_from(row)?,
         generation: to_u64(row.try_get("generation")?)?,
