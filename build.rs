@@ -20,7 +20,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ".controller.proto.v1.ConnectionDetails",
         "crate::proto::details::ConnectionDetails",
     );
-    tonic_prost_build::configure().compile_with_config(prost, &protos, &includes)?;
+    // Every service's codec: prost's with smaller per-call buffers (see
+    // src/proto/codec.rs).
+    tonic_prost_build::configure()
+        .codec_path("crate::proto::codec::LeanCodec")
+        .compile_with_config(prost, &protos, &includes)?;
     println!("cargo:rerun-if-changed=proto");
     // sqlx::migrate! embeds migrations/ but only notices edits, not new files.
     println!("cargo:rerun-if-changed=migrations");

@@ -4,6 +4,7 @@
 //! on) because the generated code refers across packages by relative path.
 //! Use the short aliases below elsewhere in the crate.
 
+pub mod codec;
 pub mod details;
 
 // Generated code: lints are for the code written here.

@@ -147,6 +147,12 @@ impl Cluster {
         peaks.map(|(peak, _)| peak).fold(f64::NAN, f64::max)
     }
 
+    /// The largest RSS of any replica now, in MB.
+    pub fn rss_mb(&self) -> f64 {
+        let now = self.replicas.iter().filter_map(|r| r.proc.memory_mb().ok());
+        now.map(|(_, rss)| rss).fold(f64::NAN, f64::max)
+    }
+
     /// Stops every replica, then drops the database; returns its size (MB)
     /// as the run left it.
     pub async fn stop(self) -> Result<f64> {

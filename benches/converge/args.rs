@@ -1,12 +1,17 @@
 //! Command-line arguments, and the setups (control plane × store ×
 //! replicas) they ask for.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
 use crate::common::database::DEFAULT_ADMIN_URL;
+
+/// Nodes sharing one HTTP/2 connection: 1,000 fit in few descriptors, and
+/// the connections still spread over the replicas behind a balancer. Real
+/// nodes each have their own; `--nodes-per-connection 1` does that.
+const DEFAULT_NODES_PER_CONNECTION: usize = 32;
 
 const DEFAULT_SIZES: [Size; 2] = [Size::new(200, 20, 50), Size::new(1000, 50, 100)];
 
@@ -40,6 +45,9 @@ impl Size {
         if k < self.nodes { k } else { k % self.groups }
     }
 }
+
+/// A slim-cp binary and its label in the table.
+pub type Build = (String, PathBuf);
 
 /// One control plane as benchmarked.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,6 +83,11 @@ pub struct Args {
     pub sizes: Vec<Size>,
     pub only: Option<String>,
     pub timeout: Option<Duration>,
+    /// slim-cp binaries to compare, each with its label (`--build`); none:
+    /// the one cargo built for this bench.
+    pub builds: Vec<Build>,
+    /// Simulated nodes sharing one HTTP/2 connection.
+    pub nodes_per_connection: usize,
     dbs: Vec<Db>,
     replicas: Vec<usize>,
 }
@@ -106,6 +119,8 @@ pub fn parse_args() -> Result<Args> {
         sizes: Vec::new(),
         only: None,
         timeout: None,
+        builds: Vec::new(),
+        nodes_per_connection: DEFAULT_NODES_PER_CONNECTION,
         dbs: vec![Db::Memory],
         replicas: vec![1],
     };
@@ -126,6 +141,8 @@ pub fn parse_args() -> Result<Args> {
             "--only" => bail!("--only takes {SLIM} or {REFERENCE}"),
             "--db" => a.dbs = list(&value, parse_db)?,
             "--replicas" => a.replicas = list(&value, parse_replicas)?,
+            "--build" => a.builds.push(parse_build(&value)?),
+            "--nodes-per-connection" => a.nodes_per_connection = value.parse::<usize>()?.max(1),
             other => bail!("unknown argument {other} (see benches/converge/main.rs)"),
         }
         if matches!(flag.as_str(), "--nodes" | "--groups" | "--names") {
@@ -160,5 +177,16 @@ fn parse_replicas(v: &str) -> Result<usize> {
     match v.parse() {
         Ok(n) if n >= 1 => Ok(n),
         _ => bail!("--replicas takes counts of 1 or more, not {v:?}"),
+    }
+}
+
+/// `LABEL=PATH`: a slim-cp binary to run as well, labelled in the table
+/// (e.g. `--build before=/tmp/slim-cp-main --build after=target/release/slim-cp`).
+fn parse_build(v: &str) -> Result<Build> {
+    match v.split_once('=') {
+        Some((label, path)) if !label.is_empty() && Path::new(path).is_file() => {
+            Ok((label.to_string(), PathBuf::from(path)))
+        }
+        _ => bail!("--build takes LABEL=PATH of a slim-cp binary, not {v:?}"),
     }
 }

@@ -52,6 +52,14 @@ impl Deployment {
         }
     }
 
+    /// RSS now in MB: the process's, or the largest replica's.
+    pub fn rss_mb(&self) -> f64 {
+        match self {
+            Deployment::Single(p, _) => p.memory_mb().map_or(f64::NAN, |(_, now)| now),
+            Deployment::Cluster(c) => c.rss_mb(),
+        }
+    }
+
     /// Stops it; for Postgres, returns the database's size (MB) before
     /// dropping it.
     pub async fn stop(self) -> Result<Option<f64>> {

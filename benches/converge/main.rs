@@ -11,6 +11,12 @@
 //! `--db memory,postgres --replicas 1,3` runs slim-cp on memory, on
 //! Postgres with one replica and with three, and the reference.
 //!
+//! `--nodes-per-connection N` (default 32) sets how many simulated nodes
+//! share one HTTP/2 connection (real nodes have one each: `1`, within the
+//! open-files limit of both processes). `--build LABEL=PATH`, repeated,
+//! runs each slim-cp setup with each binary, side by side in one table
+//! (e.g. before and after a change: copy the binaries out of `target/`).
+//!
 //! Each control plane runs as separate processes (so their memory can be
 //! read from /proc) on generated configs (full mesh, free loopback ports).
 //! A Postgres setup gets a fresh database, dropped afterwards, and its
@@ -36,15 +42,11 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use slim_cp::sim::{FleetOptions, SimFleet, SimNodeSpec, SimOptions};
 
-use crate::args::{Args, REFERENCE, SLIM, Setup, Size, parse_args};
+use crate::args::{Args, Build, REFERENCE, SLIM, Setup, Size, parse_args};
 use crate::common::process::{proc_field, slim_cp_bin};
 use crate::deploy::Deployment;
 use crate::observe::{SETTLE, Watch};
 use crate::table::Outcome;
-
-/// Nodes sharing one HTTP/2 connection: 1,000 fit in few descriptors, and
-/// the connections still spread over the replicas behind a balancer.
-const NODES_PER_CHANNEL: usize = 32;
 
 #[tokio::main]
 async fn main() -> Result<()> {
@@ -52,12 +54,20 @@ async fn main() -> Result<()> {
     println!("{}", machine());
     let dir = std::env::temp_dir().join(format!("slim-cp-converge-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let (slim_cp, setups) = setups(&args)?;
+    let (builds, setups) = setups(&args)?;
     println!("configs and logs (log level info): {}", dir.display());
     let mut rows = Vec::new();
     for s in &args.sizes {
         for setup in &setups {
-            rows.push(run(setup, &slim_cp, *s, &dir, &args).await?);
+            // The reference is one binary; slim-cp's setups run per build.
+            let n = if matches!(setup, Setup::Reference(_)) {
+                1
+            } else {
+                builds.len()
+            };
+            for build in &builds[..n] {
+                rows.push(run(setup, build, *s, &dir, &args).await?);
+            }
         }
     }
     println!();
@@ -65,12 +75,20 @@ async fn main() -> Result<()> {
     Ok(())
 }
 
-/// slim-cp's binary and the setups to run, in table order.
-fn setups(args: &Args) -> Result<(PathBuf, Vec<Setup>)> {
-    let (slim_cp, profile) = slim_cp_bin()?;
+/// slim-cp's binaries (labelled) and the setups to run, in table order.
+fn setups(args: &Args) -> Result<(Vec<Build>, Vec<Setup>)> {
+    let builds = if args.builds.is_empty() {
+        let (slim_cp, profile) = slim_cp_bin()?;
+        println!("slim-cp:   {} ({profile})", slim_cp.display());
+        vec![(String::new(), slim_cp)]
+    } else {
+        for (label, bin) in &args.builds {
+            println!("slim-cp [{label}]: {}", bin.display());
+        }
+        args.builds.clone()
+    };
     let mut setups = Vec::new();
     if args.wants(SLIM) {
-        println!("slim-cp:   {} ({profile})", slim_cp.display());
         setups = args.slim_setups();
     }
     if args.wants(REFERENCE) {
@@ -82,11 +100,12 @@ fn setups(args: &Args) -> Result<(PathBuf, Vec<Setup>)> {
             None => println!("reference: slim-control-plane not installed; skipped"),
         }
     }
-    Ok((slim_cp, setups))
+    Ok((builds, setups))
 }
 
-/// The fleet of size `s`: node i in group i % groups, 32 to a connection.
-fn start_fleet(url: &str, s: Size) -> Result<SimFleet> {
+/// The fleet of size `s`: node i in group i % groups, `per_connection`
+/// nodes to an HTTP/2 connection.
+fn start_fleet(url: &str, s: Size, per_connection: usize) -> Result<SimFleet> {
     let specs = (0..s.nodes).map(|i| {
         // Endpoints are only names in the simulated network.
         let ep = format!("10.{}.{}.{}:46357", i >> 16, (i >> 8) & 255, i & 255);
@@ -95,7 +114,7 @@ fn start_fleet(url: &str, s: Size) -> Result<SimFleet> {
         spec
     });
     let opts = FleetOptions {
-        nodes_per_channel: NODES_PER_CHANNEL,
+        nodes_per_channel: per_connection,
         node: SimOptions::default(),
     };
     let fleet = SimFleet::start(url, specs.collect(), opts)?;
@@ -106,12 +125,21 @@ fn start_fleet(url: &str, s: Size) -> Result<SimFleet> {
     Ok(fleet)
 }
 
-async fn run(setup: &Setup, slim_cp: &Path, s: Size, dir: &Path, args: &Args) -> Result<Outcome> {
-    let timeout = announce(setup, s, args);
-    let tag = format!("{}-{}n", setup.label().replace(' ', "-"), s.nodes);
+async fn run(
+    setup: &Setup,
+    (build, slim_cp): &Build,
+    s: Size,
+    dir: &Path,
+    args: &Args,
+) -> Result<Outcome> {
+    let timeout = announce(setup, build, s, args);
+    let tag = format!("{}{build}-{}n", setup.label().replace(' ', "-"), s.nodes);
     let deployment = Deployment::start(setup, slim_cp, &dir.join(tag)).await?;
+    // What the process holds before any node: the per-node figure is over
+    // the whole peak, this included (see the README's performance section).
+    let idle_mb = deployment.rss_mb();
     let t0 = Instant::now();
-    let fleet = start_fleet(&deployment.url(), s)?;
+    let fleet = start_fleet(&deployment.url(), s, args.nodes_per_connection)?;
     let mut w = Watch::run(&fleet, s, t0, timeout).await;
     // Right after convergence, before the settle period adds anything.
     let (peak_mb, commands) = (deployment.peak_rss_mb(), fleet.commands_received());
@@ -131,6 +159,8 @@ async fn run(setup: &Setup, slim_cp: &Path, s: Size, dir: &Path, args: &Args) ->
     Ok(Outcome {
         size: s,
         setup: setup.clone(),
+        build: build.clone(),
+        idle_mb,
         converged: w.converged,
         covered: w.covered,
         commands,
@@ -144,7 +174,7 @@ async fn run(setup: &Setup, slim_cp: &Path, s: Size, dir: &Path, args: &Args) ->
 
 /// Prints what is about to run, and how busy the machine is (other work
 /// skews timings); returns the bound on convergence.
-fn announce(setup: &Setup, s: Size, args: &Args) -> Duration {
+fn announce(setup: &Setup, build: &str, s: Size, args: &Args) -> Duration {
     let bound = if matches!(setup, Setup::Reference(_)) {
         400
     } else {
@@ -152,7 +182,10 @@ fn announce(setup: &Setup, s: Size, args: &Args) -> Duration {
     };
     let timeout = args.timeout.unwrap_or(Duration::from_secs(bound));
     let (label, n, g, k, secs) = (setup.label(), s.nodes, s.groups, s.names, timeout.as_secs());
-    println!("--- {label}: {n} nodes, {g} groups, {k} names (bound {secs} s) ---");
+    let per = args.nodes_per_connection;
+    println!(
+        "--- {label} {build}: {n} nodes ({per} per connection), {g} groups, {k} names (bound {secs} s) ---"
+    );
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("  load average at start: {}", load.trim());
     timeout

@@ -10,6 +10,10 @@ use crate::observe::Counts;
 pub struct Outcome {
     pub size: Size,
     pub setup: Setup,
+    /// The slim-cp build's label (empty: the one cargo built).
+    pub build: String,
+    /// RSS before the fleet started (the largest replica's), MB.
+    pub idle_mb: f64,
     /// Time to convergence, or None when it did not converge in time.
     pub converged: Option<Duration>,
     /// Time until first covered (see `Counts::covered`).
@@ -25,7 +29,7 @@ pub struct Outcome {
     pub last: Counts,
 }
 
-const HEADER: [&str; 14] = [
+const HEADER: [&str; 15] = [
     "nodes",
     "groups",
     "names",
@@ -33,6 +37,7 @@ const HEADER: [&str; 14] = [
     "converge s",
     "covered s",
     "commands",
+    "idle RSS MB",
     "peak RSS MB (max replica)",
     "KiB/node",
     "lost",
@@ -43,12 +48,12 @@ const HEADER: [&str; 14] = [
 ];
 
 const LEGEND: &str = "time ratio: converge time / that of the `slim-cp pg x1` row of the \
-same size (the reference: / the `slim-cp memory` row's); `cov`: a row that never converged, \
-by its covered time";
+same size and build (the reference: / the `slim-cp memory` row's); `cov`: a row that never \
+converged, by its covered time; KiB/node: the whole peak RSS (idle RSS included) / nodes";
 
 pub fn print(rows: &[Outcome]) {
     let cells: Vec<Vec<String>> = rows.iter().map(|r| cells(r, baseline(r, rows))).collect();
-    table::print(&HEADER, &cells, &[3, 13]);
+    table::print(&HEADER, &cells, &[3, 14]);
     println!("{LEGEND}");
 }
 
@@ -60,7 +65,8 @@ fn baseline<'a>(r: &Outcome, rows: &'a [Outcome]) -> Option<&'a Outcome> {
         (_, Setup::Postgres { replicas, .. }) => *replicas == 1,
         _ => false,
     };
-    rows.iter().filter(|o| o.size == r.size).find(base)
+    let same = |o: &&Outcome| o.size == r.size && (o.build == r.build || o.build.is_empty());
+    rows.iter().filter(same).find(base)
 }
 
 fn ratio(r: &Outcome, base: Option<&Outcome>) -> String {
@@ -96,10 +102,11 @@ fn cells(r: &Outcome, base: Option<&Outcome>) -> Vec<String> {
         nodes.to_string(),
         groups.to_string(),
         names.to_string(),
-        r.setup.label(),
+        label(r),
         shown(r.converged),
         shown(r.covered),
         r.commands.to_string(),
+        format!("{:.1}", r.idle_mb),
         format!("{:.1}", r.peak_mb),
         format!("{per_node_kib:.0}"),
         r.last.lost.to_string(),
@@ -108,4 +115,11 @@ fn cells(r: &Outcome, base: Option<&Outcome>) -> Vec<String> {
         ratio(r, base),
         status,
     ]
+}
+
+fn label(r: &Outcome) -> String {
+    match r.build.as_str() {
+        "" => r.setup.label(),
+        build => format!("{} [{build}]", r.setup.label()),
+    }
 }

@@ -69,8 +69,10 @@ pub enum Refused {
     Stopped,
 }
 
-/// A queued fact and the outbox bytes it holds.
-type Queued = (Fact, usize);
+/// A queued fact and the outbox bytes it holds. Boxed: the channel
+/// allocates its first 32 slots when the session starts, and most
+/// sessions queue a handful of facts in their life.
+type Queued = (Box<Fact>, usize);
 
 /// The sending half, held by the stream's read loop.
 pub struct FactWriter {
@@ -96,7 +98,7 @@ impl FactWriter {
         if !self.bytes.take(n, matches!(fact, Fact::Ended(_))) {
             return Err(Refused::Full);
         }
-        if let Err(e) = self.tx.try_send((fact, n)) {
+        if let Err(e) = self.tx.try_send((Box::new(fact), n)) {
             self.bytes.give(n);
             return Err(match e {
                 mpsc::error::TrySendError::Full(_) => Refused::Full,
@@ -131,9 +133,12 @@ async fn write_all(
     bytes: &SessionBytes,
 ) {
     while let Some((fact, n)) = rx.recv().await {
+        let fact = *fact;
         ctx.metrics.outbox.dec();
         let last = matches!(fact, Fact::Ended(_));
-        let outcome = record(ctx, stream, &fact).await;
+        // Boxed: the writer waits for facts far longer than it records
+        // one, and its task is as large as its largest state.
+        let outcome = Box::pin(record(ctx, stream, &fact)).await;
         // Held until recorded: the bound is on what the store has not taken.
         bytes.give(n);
         match outcome {

@@ -13,11 +13,14 @@ mod serve;
 mod session;
 mod validate;
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status, Streaming};
@@ -76,7 +79,7 @@ impl Southbound {
 
 #[tonic::async_trait]
 impl sb::controller_service_server::ControllerService for Southbound {
-    type OpenControlChannelStream = ReceiverStream<Result<sb::ControlMessage, Status>>;
+    type OpenControlChannelStream = OutboundStream;
 
     async fn open_control_channel(
         &self,
@@ -90,6 +93,19 @@ impl sb::controller_service_server::ControllerService for Southbound {
             request.into_inner(),
             tx,
         ));
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Ok(Response::new(OutboundStream(ReceiverStream::new(rx))))
+    }
+}
+
+/// A node's response stream: the session's boxed messages, unboxed as
+/// tonic encodes them.
+pub struct OutboundStream(ReceiverStream<Result<Box<sb::ControlMessage>, Status>>);
+
+impl Stream for OutboundStream {
+    type Item = Result<sb::ControlMessage, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let next = Pin::new(&mut self.0).poll_next(cx);
+        next.map(|item| item.map(|r| r.map(|msg| *msg)))
     }
 }

@@ -142,7 +142,7 @@ async fn refused(ctx: &Ctx, out: &Outbound, message_id: String, why: Refusal) {
         _ => tonic::Status::invalid_argument(why.to_string()),
     };
     if out
-        .send(Ok(message(Payload::RegisterNodeResponse(reply))))
+        .send(Ok(Box::new(message(Payload::RegisterNodeResponse(reply)))))
         .await
         .is_ok()
     {

@@ -33,12 +33,12 @@ enum Flow {
 pub async fn serve(
     ctx: Arc<Ctx>,
     stream: Arc<NodeStream>,
-    pending: Option<Registration>,
+    pending: Option<Box<Registration>>,
     mut inbound: Streaming<sb::ControlMessage>,
     out: &Outbound,
 ) {
     let writer = FactWriter::spawn(ctx.clone(), stream.clone());
-    let begun = pending.map_or(Ok(()), |reg| writer.push(Fact::Begun(Box::new(reg))));
+    let begun = pending.map_or(Ok(()), |reg| writer.push(Fact::Begun(reg)));
     if begun.and_then(|()| writer.push(Fact::Ready)).is_err() {
         return end(&ctx, &stream, &writer, DepartureKind::Crash);
     }
@@ -48,13 +48,16 @@ pub async fn serve(
                 // Replaced by a newer registration, or the replica is going.
                 end(&ctx, &stream, &writer, DepartureKind::Crash);
                 let status = Status::aborted("control session closed by the control plane");
-                let _ = out.send(Err(status)).await;
+                let _ = Box::pin(out.send(Err(status))).await;
                 return;
             }
             next = inbound.message() => next,
         };
         let flow = match next {
-            Ok(Some(msg)) => on_message(&ctx.metrics, &stream, &writer, msg).await,
+            // Boxed, like every await here but the wait itself: this task
+            // lives as long as the node, and is as large as the largest
+            // state of its future (a message in hand, a reply being sent).
+            Ok(Some(msg)) => Box::pin(on_message(&ctx.metrics, &stream, &writer, msg)).await,
             Ok(None) => Flow::Gone,
             Err(status) => {
                 debug!(node = stream.node(), %status, "stream broke");
@@ -67,7 +70,7 @@ pub async fn serve(
             Flow::Gone => return end(&ctx, &stream, &writer, DepartureKind::Crash),
             Flow::Close(status) => {
                 end(&ctx, &stream, &writer, DepartureKind::Crash);
-                let _ = out.send(Err(status)).await;
+                let _ = Box::pin(out.send(Err(status))).await;
                 return;
             }
         }

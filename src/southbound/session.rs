@@ -21,17 +21,23 @@ pub async fn drive(
     mut inbound: Streaming<sb::ControlMessage>,
     out: Outbound,
 ) {
-    let Some((message_id, request)) = first_message(&ctx, &mut inbound, &out).await else {
+    // The handshake's futures are boxed: a task is as large as the largest
+    // state of its future, and this task lives as long as the node, while
+    // the registration's state is needed only until the reply.
+    let first = Box::pin(first_message(&ctx, &mut inbound, &out)).await;
+    let Some((message_id, request)) = first else {
         return;
     };
     // The node gives up 10 s after sending its registration: everything
     // up to the reply runs against one deadline, from its arrival.
     let deadline = tokio::time::Instant::now() + HANDSHAKE_BUDGET;
-    let answered = handshake(&ctx, peer, message_id, request, &out, deadline).await;
+    let answered = Box::pin(handshake(&ctx, peer, message_id, request, &out, deadline)).await;
     let Some((stream, pending)) = answered else {
         return;
     };
-    serve::serve(ctx, stream, pending, inbound, &out).await;
+    // Boxed for the same reason: it is the rare registration answered
+    // before the store could record it.
+    serve::serve(ctx, stream, pending.map(Box::new), inbound, &out).await;
 }
 
 pub(super) fn payload_kind(p: &Option<Payload>) -> &'static str {

@@ -16,7 +16,9 @@ use crate::proto::sb;
 use crate::proto::sb::control_message::Payload;
 
 /// Outbound messages to the node; an `Err` ends the stream with that status.
-pub type Outbound = mpsc::Sender<Result<sb::ControlMessage, Status>>;
+/// Boxed: a channel allocates its first 32 slots at once, and every node
+/// holds one for its whole life (32 unboxed messages were 5 KiB a node).
+pub type Outbound = mpsc::Sender<Result<Box<sb::ControlMessage>, Status>>;
 
 /// A node's correlated reply.
 #[derive(Debug, Clone, PartialEq)]
@@ -162,7 +164,7 @@ impl NodeStream {
     /// Sends a message to the node outside any correlation (registration
     /// and deregistration replies). Returns false if the stream is gone.
     pub async fn send(&self, msg: sb::ControlMessage) -> bool {
-        self.out.send(Ok(msg)).await.is_ok()
+        self.out.send(Ok(Box::new(msg))).await.is_ok()
     }
 
     /// Sends a request and waits for its reply.
@@ -377,7 +379,7 @@ mod tests {
 
     fn ready_stream() -> (
         Arc<NodeStream>,
-        mpsc::Receiver<Result<sb::ControlMessage, Status>>,
+        mpsc::Receiver<Result<Box<sb::ControlMessage>, Status>>,
     ) {
         let (out, rx) = mpsc::channel(8);
         let s = NodeStream::new("g/n".into(), Uuid::new_v4(), 1, out, Arc::default());
