@@ -40,12 +40,14 @@ pub(super) async fn apply(db: &Db<'_>, changes: &ChangeSet) -> Result<(), TxErro
         &r.id
     });
     routes::upsert(db, &put_routes).await?;
-    for node in held {
-        if let Some(ids) = claims.get(node.id.as_str()) {
-            consume(db, node, ids).await?;
-        }
-    }
-    Ok(())
+    let consumed: Vec<Consumed> = held
+        .into_iter()
+        .filter_map(|node| {
+            let ids = claims.get(node.id.as_str())?;
+            consume(node, ids)
+        })
+        .collect();
+    write_consumed(db, &consumed).await
 }
 
 /// The retired links whose source is still away, judged on the locked rows.
@@ -123,10 +125,16 @@ async fn lock_nodes(db: &Db<'_>, ids: Vec<&str>) -> Result<Vec<HeldNode>, TxErro
         .collect()
 }
 
+/// A node's claim facts once consumed claims are dropped.
+struct Consumed {
+    id: String,
+    received: Json<Vec<String>>,
+    reported: Json<Vec<ConnectionRow>>,
+}
+
 /// Drops the link ids from the node's received links and its reported
-/// incoming connections. `updated_at` stays: consuming a claim is not the
-/// node's doing, and departure grace is measured from it.
-async fn consume(db: &Db<'_>, node: HeldNode, ids: &BTreeSet<&str>) -> Result<(), TxError> {
+/// incoming connections; `None` if neither held any of them.
+fn consume(node: HeldNode, ids: &BTreeSet<&str>) -> Option<Consumed> {
     let mut reported = connections_from(node.reported);
     let before = (node.received.len(), reported.len());
     let received: Vec<String> = node
@@ -136,12 +144,31 @@ async fn consume(db: &Db<'_>, node: HeldNode, ids: &BTreeSet<&str>) -> Result<()
         .collect();
     reported.retain(|c| !(c.incoming && ids.contains(c.link_id.as_str())));
     if before == (received.len(), reported.len()) {
+        return None;
+    }
+    Some(Consumed {
+        id: node.id,
+        received: Json(received),
+        reported: connections_json(&reported),
+    })
+}
+
+/// One statement for every node whose claims were consumed. `updated_at`
+/// stays: consuming a claim is not the node's doing, and departure grace
+/// is measured from it.
+async fn write_consumed(db: &Db<'_>, consumed: &[Consumed]) -> Result<(), TxError> {
+    if consumed.is_empty() {
         return Ok(());
     }
+    let ids: Vec<&str> = consumed.iter().map(|c| c.id.as_str()).collect();
+    let received: Vec<&Json<Vec<String>>> = consumed.iter().map(|c| &c.received).collect();
+    let reported: Vec<&Json<Vec<ConnectionRow>>> = consumed.iter().map(|c| &c.reported).collect();
     execute(
         db,
-        "UPDATE nodes SET received_links = $2, reported_connections = $3 WHERE id = $1",
-        &[&node.id, &Json(&received), &connections_json(&reported)],
+        "UPDATE nodes n SET received_links = u.received, reported_connections = u.reported \
+         FROM unnest($1::text[], $2::jsonb[], $3::jsonb[]) AS u(id, received, reported) \
+         WHERE n.id = u.id",
+        &[&ids, &received, &reported],
     )
     .await?;
     Ok(())
