@@ -210,7 +210,6 @@ impl Leader {
             self.retry_later("", &e);
             return Ok(());
         }
-        let started = tokio::time::Instant::now();
         match derive(
             self.store.as_ref(),
             &self.topology,
@@ -220,11 +219,11 @@ impl Leader {
         .await
         {
             Ok(d) => {
-                let took = started.elapsed();
                 debug!(
                     changes = d.changes,
                     affected = d.affected.len(),
-                    ?took,
+                    planned = ?d.planned,
+                    written = ?d.written,
                     "derived"
                 );
                 self.affected.add(d.affected.iter().chain(&arrived));
