@@ -3,14 +3,13 @@
 //! idempotent: run it twice on the same facts and the second run changes
 //! nothing.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use tracing::warn;
 
 use super::working::WorkingState;
 use crate::config::TopologyConfig;
 use crate::routing::{links, routes, templates, topology};
-use crate::store::model::Route;
 use crate::store::{ChangeSet, Store, StoreError};
 
 /// What a derivation changed.
@@ -81,7 +80,15 @@ async fn plan(
     log_links(&plan);
     let (holding, _) = links::holding(nodes, now);
     let announced = templates::plan(nodes, &rows.templates, &holding, now);
-    let desired = routes::expand(nodes, &groups, &plan.live, &announced.live, &graphs, now);
+    let routes = routes::changes(
+        nodes,
+        &groups,
+        &plan.live,
+        &announced.live,
+        &graphs,
+        &rows.routes,
+        now,
+    );
     let recheck = [plan.recheck_in, announced.recheck_in]
         .into_iter()
         .flatten()
@@ -97,7 +104,7 @@ async fn plan(
     {
         out.affected.insert(l.source_node.clone());
     }
-    let changes = change_set(plan, desired, &rows.routes, &mut out.affected);
+    let changes = change_set(plan, routes, &mut out.affected);
     drop_templates(store, &announced, state).await?;
     out.changes = changes.put_links.len()
         + changes.retire_links.len()
@@ -164,34 +171,27 @@ fn log_links(plan: &links::LinkPlan) {
     }
 }
 
-/// `stored` maps each stored route's id to its source node.
 fn change_set(
     plan: links::LinkPlan,
-    desired: BTreeMap<String, Route>,
-    stored: &BTreeMap<String, String>,
+    routes: routes::RouteChanges,
     affected: &mut BTreeSet<String>,
 ) -> ChangeSet {
     for l in &plan.upserts {
         affected.insert(l.source_node.clone());
         affected.extend(l.dest_node.clone());
     }
-    let put_routes: Vec<Route> = desired
-        .values()
-        .filter(|r| !stored.contains_key(&r.id))
-        .cloned()
-        .collect();
-    let gone: Vec<(&String, &String)> = stored
-        .iter()
-        .filter(|(id, _)| !desired.contains_key(*id))
-        .collect();
-    affected.extend(put_routes.iter().map(|r| r.source_node.clone()));
-    affected.extend(gone.iter().map(|(_, source)| (*source).clone()));
+    affected.extend(routes.put.iter().map(|r| r.source_node.clone()));
+    let mut delete_routes = Vec::with_capacity(routes.gone.len());
+    for (id, source) in routes.gone {
+        affected.insert(source);
+        delete_routes.push(id);
+    }
     ChangeSet {
         put_links: plan.upserts,
         delete_links: Vec::new(),
         retire_links: plan.hard_deletes,
-        put_routes,
-        delete_routes: gone.into_iter().map(|(id, _)| id.clone()).collect(),
+        put_routes: routes.put,
+        delete_routes,
         consume_claims: plan.consumed_claims,
     }
 }

@@ -10,7 +10,7 @@
 //! to re-read. A write whose outcome is unknown (an error) and any resync
 //! make the next batch read everything again.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use crate::store::model::{Link, NodeRecord, Route, Template};
@@ -42,8 +42,9 @@ pub struct Rows {
     pub templates: Vec<Template>,
     /// By `link_id`, tombstones included.
     pub links: Vec<Link>,
-    /// Route id to its source node: all a derivation needs of a stored route.
-    pub routes: BTreeMap<String, String>,
+    /// Route id to its source node: all a derivation needs of a stored
+    /// route. Hashed: a derivation looks every desired route up here.
+    pub routes: HashMap<String, String>,
 }
 
 impl Rows {
@@ -64,7 +65,7 @@ impl Rows {
     }
 }
 
-fn route_sources(routes: Vec<Route>) -> BTreeMap<String, String> {
+fn route_sources(routes: Vec<Route>) -> HashMap<String, String> {
     routes.into_iter().map(|r| (r.id, r.source_node)).collect()
 }
 

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use super::links::{LinkPlan, active_groups, plan};
-use super::routes::expand;
+use super::routes::{changes, expand};
 use super::topology::{SegmentGraph, resolve};
 use crate::config::{AdjacencyEntry, SegmentConfig, TopologyConfig};
 use crate::store::model::{
@@ -323,6 +323,36 @@ fn chain_routes_go_up_to_the_first_announcer_and_down_to_later_ones() {
         .collect();
     assert_eq!(on_a.len(), 1);
     assert_eq!(on_a[0].dest_node, "d/n1");
+}
+
+#[test]
+fn route_changes_are_what_expansion_adds_and_drops() {
+    let mut nodes: Vec<_> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|g| mk_node(g, "n1"))
+        .collect();
+    let mode = chain(&["a", "b", "c", "d"]);
+    let live = converge(&mut nodes, &mode);
+    let graphs = mk_graphs(&mode, &nodes);
+    let m = active_groups(&nodes, 0);
+    let both = [mk_template("a/n1", 1), mk_template("d/n1", 2)];
+    let desired = expand(&nodes, &m, &live, &both, &graphs, 0);
+    // Stored: half of the desired routes, and one nobody wants any more.
+    let mut stored: std::collections::HashMap<String, String> = desired
+        .values()
+        .step_by(2)
+        .map(|r| (r.id.clone(), r.source_node.clone()))
+        .collect();
+    stored.insert("b/n1|old|org/ns/x/-".into(), "b/n1".into());
+    let c = changes(&nodes, &m, &live, &both, &graphs, &stored, 0);
+    let missing: Vec<_> = desired
+        .values()
+        .filter(|r| !stored.contains_key(&r.id))
+        .cloned()
+        .collect();
+    assert_eq!(c.put, missing, "the desired routes not stored, by id");
+    assert_eq!(c.put.len(), 3);
+    assert_eq!(c.gone, [("b/n1|old|org/ns/x/-".into(), "b/n1".into())]);
 }
 
 #[test]

@@ -9,10 +9,11 @@
 //! any leader: see [`SegmentGraph::shortest_path_tree`]); a route appears once the link of its tree edge is live and
 //! claimed by a gateway on each side.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fmt::Write as _;
 
 use super::topology::SegmentGraph;
-use crate::store::model::{Link, Name, NodeRecord, Route, RouteStatus, Template, edge};
+use crate::store::model::{Link, Name, NodeRecord, Route, RouteStatus, Template, edge_ref};
 
 /// An established link seen from both groups: who is the gateway on each side.
 struct Realized<'a> {
@@ -20,8 +21,8 @@ struct Realized<'a> {
     gateways: [(&'a str, &'a str); 2],
 }
 
-impl Realized<'_> {
-    fn gateway_in(&self, group: &str) -> Option<&str> {
+impl<'a> Realized<'a> {
+    fn gateway_in(&self, group: &str) -> Option<&'a str> {
         self.gateways
             .iter()
             .find(|(g, _)| *g == group)
@@ -34,7 +35,7 @@ impl Realized<'_> {
 /// registered again is Connecting (or Failed) until it is claimed again,
 /// and dropping its routes meanwhile would delete and re-add them on every
 /// reconnect.
-fn realized(links: &[Link]) -> HashMap<(String, String), Realized<'_>> {
+fn realized(links: &[Link]) -> HashMap<(&str, &str), Realized<'_>> {
     links
         .iter()
         .filter(|l| !l.deleted)
@@ -45,7 +46,7 @@ fn realized(links: &[Link]) -> HashMap<(String, String), Realized<'_>> {
                 (l.dest_group.as_str(), dest),
             ];
             Some((
-                edge(&l.source_group, &l.dest_group),
+                edge_ref(&l.source_group, &l.dest_group),
                 Realized { link: l, gateways },
             ))
         })
@@ -54,44 +55,134 @@ fn realized(links: &[Link]) -> HashMap<(String, String), Realized<'_>> {
 
 /// The route id: one route per (source node, link, name), whoever asks.
 pub fn route_id(source: &str, link_id: &str, name: &Name) -> String {
-    let [c0, c1, c2] = &name.components;
-    let id = name.id.map_or_else(|| "-".to_string(), |i| i.to_string());
-    format!("{source}|{link_id}|{c0}/{c1}/{c2}/{id}")
+    let mut id = String::new();
+    write_route_id(&mut id, source, link_id, name);
+    id
 }
 
-struct Expansion<'a> {
-    realized: HashMap<(String, String), Realized<'a>>,
+/// Appends [`route_id`] to `out`, so a derivation can look a route up
+/// without allocating its id.
+fn write_route_id(out: &mut String, source: &str, link_id: &str, name: &Name) {
+    let [c0, c1, c2] = &name.components;
+    let _ = write!(out, "{source}|{link_id}|{c0}/{c1}/{c2}/");
+    match name.id {
+        Some(i) => {
+            let _ = write!(out, "{i}");
+        }
+        None => out.push('-'),
+    }
+}
+
+/// One derived route: on `gateway`, over `link`, towards `announcer`.
+struct Found<'a> {
+    gateway: &'a str,
+    link: &'a Link,
+    name: &'a Name,
+    announcer: &'a str,
+}
+
+impl Found<'_> {
+    fn to_route(&self, id: String, now: i64) -> Route {
+        Route {
+            id,
+            source_node: self.gateway.to_string(),
+            dest_node: self.announcer.to_string(),
+            link_id: self.link.link_id.clone(),
+            name: self.name.clone(),
+            status: RouteStatus::Pending,
+            status_msg: String::new(),
+            updated_at: now,
+        }
+    }
+}
+
+/// Where the expansion puts the routes it finds; the first find of an id
+/// is the one kept.
+trait Sink<'a> {
+    fn found(&mut self, route: Found<'a>);
+}
+
+/// Every route, by id.
+struct Collect {
     out: BTreeMap<String, Route>,
     now: i64,
 }
 
-impl Expansion<'_> {
+impl<'a> Sink<'a> for Collect {
+    fn found(&mut self, f: Found<'a>) {
+        let id = route_id(f.gateway, &f.link.link_id, f.name);
+        if !self.out.contains_key(&id) {
+            self.out.insert(id.clone(), f.to_route(id, self.now));
+        }
+    }
+}
+
+/// Only what differs from the stored routes. A derivation finds every
+/// route of the fleet, nearly all of them stored already: those cost a
+/// lookup, not a route.
+struct Compare<'s> {
+    stored: &'s HashMap<String, String>,
+    kept: HashSet<&'s str>,
+    new: BTreeMap<String, Route>,
+    id: String,
+    now: i64,
+}
+
+impl<'a> Sink<'a> for Compare<'_> {
+    fn found(&mut self, f: Found<'a>) {
+        self.id.clear();
+        write_route_id(&mut self.id, f.gateway, &f.link.link_id, f.name);
+        if let Some((id, _)) = self.stored.get_key_value(self.id.as_str()) {
+            self.kept.insert(id.as_str());
+        } else if !self.new.contains_key(self.id.as_str()) {
+            let id = self.id.clone();
+            self.new.insert(id.clone(), f.to_route(id, self.now));
+        }
+    }
+}
+
+/// How the desired routes differ from the stored ones.
+#[derive(Debug, Default, PartialEq)]
+pub struct RouteChanges {
+    /// Routes to add, by id.
+    pub put: Vec<Route>,
+    /// `(id, source node)` of stored routes no longer desired, by id.
+    pub gone: Vec<(String, String)>,
+}
+
+struct Expansion<'a, S> {
+    realized: HashMap<(&'a str, &'a str), Realized<'a>>,
+    sink: S,
+}
+
+impl<'a, S: Sink<'a>> Expansion<'a, S> {
     /// A route on `from`'s gateway towards `to` for `name`, if that tree
     /// edge has a live link.
-    fn add(&mut self, from: &str, to: &str, name: &Name, announcer: &str) {
-        let Some(r) = self.realized.get(&edge(from, to)) else {
+    fn add(&mut self, from: &str, to: &str, name: &'a Name, announcer: &'a str) {
+        let Some(r) = self.realized.get(&edge_ref(from, to)) else {
             return;
         };
-        let Some(gw) = r.gateway_in(from) else {
+        let Some(gateway) = r.gateway_in(from) else {
             return;
         };
-        let id = route_id(gw, &r.link.link_id, name);
-        self.out.entry(id.clone()).or_insert_with(|| Route {
-            id,
-            source_node: gw.to_string(),
-            dest_node: announcer.to_string(),
-            link_id: r.link.link_id.clone(),
-            name: name.clone(),
-            status: RouteStatus::Pending,
-            status_msg: String::new(),
-            updated_at: self.now,
+        let link = r.link;
+        self.sink.found(Found {
+            gateway,
+            link,
+            name,
+            announcer,
         });
     }
 
     /// Routes for `name` along one tree: upward from every group towards
     /// the first announcer's (the root), downward from the root to each
     /// later announcer's group.
-    fn along_tree(&mut self, name: &Name, parent: &BTreeMap<&str, &str>, inside: &[(&str, &str)]) {
+    fn along_tree(
+        &mut self,
+        name: &'a Name,
+        parent: &BTreeMap<&str, &str>,
+        inside: &[(&'a str, &str)],
+    ) {
         let Some(&(first, _)) = inside.first() else {
             return;
         };
@@ -119,38 +210,99 @@ pub fn expand(
     graphs: &[SegmentGraph],
     now: i64,
 ) -> BTreeMap<String, Route> {
-    let group_of: HashMap<&str, &str> = nodes
-        .iter()
-        .filter_map(|n| Some((n.id.as_str(), n.group.as_deref()?)))
-        .collect();
-    let active: BTreeSet<&str> = active_groups.iter().map(String::as_str).collect();
-    let mut by_name: BTreeMap<&Name, Vec<&Template>> = BTreeMap::new();
-    for t in templates {
-        by_name.entry(&t.name).or_default().push(t);
-    }
-    let mut ex = Expansion {
-        realized: realized(links),
+    let sink = Collect {
         out: BTreeMap::new(),
         now,
     };
-    // One tree per domain and root, shared by every name rooted there.
-    let mut trees: HashMap<(usize, &str), BTreeMap<&str, &str>> = HashMap::new();
-    for (name, mut announcers) in by_name {
-        announcers.sort_by(|a, b| a.seq.cmp(&b.seq).then_with(|| a.node.cmp(&b.node)));
-        for (i, graph) in graphs.iter().enumerate() {
-            let inside: Vec<(&str, &str)> = announcers
-                .iter()
-                .filter_map(|t| Some((t.node.as_str(), *group_of.get(t.node.as_str())?)))
-                .filter(|(_, g)| graph.contains(g))
-                .collect();
-            let Some(&(_, root)) = inside.first() else {
-                continue;
-            };
-            let parent = trees
-                .entry((i, root))
-                .or_insert_with(|| graph.shortest_path_tree(root, |g| active.contains(g)));
-            ex.along_tree(name, parent, &inside);
-        }
+    let view = View {
+        nodes,
+        active_groups,
+        templates,
+        graphs,
+    };
+    view.walk(links, sink).out
+}
+
+/// What [`expand`] would change in `stored` (route id to source node):
+/// the same routes, found without building those already stored.
+pub fn changes(
+    nodes: &[NodeRecord],
+    active_groups: &BTreeSet<String>,
+    links: &[Link],
+    templates: &[Template],
+    graphs: &[SegmentGraph],
+    stored: &HashMap<String, String>,
+    now: i64,
+) -> RouteChanges {
+    let sink = Compare {
+        stored,
+        kept: HashSet::with_capacity(stored.len()),
+        new: BTreeMap::new(),
+        id: String::new(),
+        now,
+    };
+    let view = View {
+        nodes,
+        active_groups,
+        templates,
+        graphs,
+    };
+    let found = view.walk(links, sink);
+    let mut gone: Vec<(String, String)> = stored
+        .iter()
+        .filter(|(id, _)| !found.kept.contains(id.as_str()))
+        .map(|(id, source)| (id.clone(), source.clone()))
+        .collect();
+    gone.sort();
+    RouteChanges {
+        put: found.new.into_values().collect(),
+        gone,
     }
-    ex.out
+}
+
+/// The facts an expansion reads besides the links.
+struct View<'a> {
+    nodes: &'a [NodeRecord],
+    active_groups: &'a BTreeSet<String>,
+    templates: &'a [Template],
+    graphs: &'a [SegmentGraph],
+}
+
+impl<'a> View<'a> {
+    fn walk<S: Sink<'a>>(&self, links: &'a [Link], sink: S) -> S {
+        let group_of: HashMap<&str, &str> = self
+            .nodes
+            .iter()
+            .filter_map(|n| Some((n.id.as_str(), n.group.as_deref()?)))
+            .collect();
+        let active: BTreeSet<&str> = self.active_groups.iter().map(String::as_str).collect();
+        let mut by_name: BTreeMap<&Name, Vec<&Template>> = BTreeMap::new();
+        for t in self.templates {
+            by_name.entry(&t.name).or_default().push(t);
+        }
+        let mut ex = Expansion {
+            realized: realized(links),
+            sink,
+        };
+        // One tree per domain and root, shared by every name rooted there.
+        let mut trees: HashMap<(usize, &str), BTreeMap<&str, &str>> = HashMap::new();
+        for (name, mut announcers) in by_name {
+            announcers.sort_by(|a, b| a.seq.cmp(&b.seq).then_with(|| a.node.cmp(&b.node)));
+            for (i, graph) in self.graphs.iter().enumerate() {
+                let inside: Vec<(&str, &str)> = announcers
+                    .iter()
+                    .filter_map(|t| Some((t.node.as_str(), *group_of.get(t.node.as_str())?)))
+                    .filter(|(_, g)| graph.contains(g))
+                    .collect();
+                let Some(&(_, root)) = inside.first() else {
+                    continue;
+                };
+                let parent = trees
+                    .entry((i, root))
+                    .or_insert_with(|| graph.shortest_path_tree(root, |g| active.contains(g)));
+                ex.along_tree(name, parent, &inside);
+            }
+        }
+        ex.sink
+    }
 }

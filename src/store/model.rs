@@ -280,11 +280,13 @@ pub struct Segment {
 
 /// The canonical form of an undirected group pair.
 pub fn edge(a: &str, b: &str) -> (String, String) {
-    if a <= b {
-        (a.to_string(), b.to_string())
-    } else {
-        (b.to_string(), a.to_string())
-    }
+    let (x, y) = edge_ref(a, b);
+    (x.to_string(), y.to_string())
+}
+
+/// [`edge`], borrowed: for lookups made once per route.
+pub fn edge_ref<'a>(a: &'a str, b: &'a str) -> (&'a str, &'a str) {
+    if a <= b { (a, b) } else { (b, a) }
 }
 
 /// A registration-auth domain (a group with a secret managed through the
