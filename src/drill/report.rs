@@ -168,6 +168,55 @@ impl Report {
 mod tests {
     use super::*;
 
+    fn mk_report(converged_after: Option<f64>) -> Report {
+        let counts = Counts {
+            epoch: 3,
+            leader: Some("cp-0".into()),
+            nodes_ready: 12,
+            links: 6,
+            routes: 3,
+        };
+        Report {
+            kind: "kill-leader",
+            target: "cp-0".into(),
+            target_incarnation: 1,
+            fault_cmd: Some("kill -9 42".into()),
+            resume_cmd: None,
+            before: counts.clone(),
+            after: Counts { epoch: 4, ..counts },
+            new_term_after: Some(0.05),
+            converged_after,
+            within: 60.0,
+            fencing: Some(Fencing::default()),
+            verdict: Verdict {
+                converged: converged_after.is_some(),
+                pending: vec!["2 links not applied under current sessions".into()],
+                ..Verdict::default()
+            },
+        }
+    }
+
+    #[test]
+    fn the_table_says_what_an_operator_asks() {
+        let table = mk_report(Some(0.2)).render();
+        for said in [
+            "`kill -9 42`",
+            "new term committed",
+            "0.050 s",
+            "0.200 s after the fault",
+            "PASS",
+        ] {
+            assert!(table.contains(said), "{said:?} in\n{table}");
+        }
+        let table = mk_report(None).render();
+        assert!(
+            table.contains("not within 60 s: 2 links not applied"),
+            "{table}"
+        );
+        assert!(table.contains("FAIL"), "{table}");
+        assert_eq!(mk_report(None).to_json()["passed"], false);
+    }
+
     #[test]
     fn fencing_counts_growth_and_a_new_process_from_zero() {
         let before = BTreeMap::from([("a".to_string(), (10, 2, 1)), ("b".to_string(), (20, 5, 0))]);
