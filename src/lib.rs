@@ -5,6 +5,7 @@ pub mod auth;
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod drill;
 pub mod limits;
 pub mod names;
 pub mod northbound;

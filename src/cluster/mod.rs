@@ -27,7 +27,7 @@ use std::sync::Arc;
 pub use election::{Election, ElectionHandle};
 pub use identity::{Identity, hostname};
 pub use leadership::{LeaderToken, Leadership, Role};
-pub use replica::{QueueDepth, Replica};
+pub use replica::{FencedWrites, QueueDepth, Replica};
 pub use signals::{Batch, Inbox, Signals};
 
 use crate::store::model::Session;

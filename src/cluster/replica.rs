@@ -14,6 +14,8 @@ use crate::transport::Transport;
 
 /// The leader's reconcile queue depth (0 when not leading).
 pub type QueueDepth = Box<dyn Fn() -> u64 + Send + Sync>;
+/// Leader writes refused by fencing so far (0 on the memory store).
+pub type FencedWrites = Box<dyn Fn() -> u64 + Send + Sync>;
 
 pub struct Replica {
     pub identity: Arc<Identity>,
@@ -22,6 +24,7 @@ pub struct Replica {
     /// `None` for the single replica of the memory store.
     pub election: Option<ElectionHandle>,
     pub queue_depth: QueueDepth,
+    pub fenced_writes: FencedWrites,
     pub health: Arc<Health>,
     /// Wakes whoever drains this replica (`slim-cp drain`).
     pub drain_requested: Arc<Notify>,
@@ -45,6 +48,9 @@ impl Replica {
             commands_sent: counters.sent(),
             commands_fenced: counters.fenced.load(Ordering::Relaxed),
             highest_epoch: self.transport.highest_epoch(),
+            pid: std::process::id(),
+            host: super::hostname().unwrap_or_default(),
+            fenced_writes: (self.fenced_writes)(),
         }
     }
 

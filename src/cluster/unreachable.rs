@@ -10,6 +10,11 @@
 //! (the next one lifts it as soon as the peer answers it), a restart of
 //! the peer clears it (a new run starts undrained), and `slim-cp status`
 //! shows it. Only the leader writes it, fenced by its epoch.
+//!
+//! While a peer is flagged, the leader's relay calls to it (those in
+//! flight and new ones) fail at once (see [`super::relay::Cuts`]): the
+//! reconciles waiting on them retry and reach the nodes where they
+//! register next, instead of waiting out the relay's deadline.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +36,19 @@ pub async fn watch(
     store: PgStore,
     relay: Arc<RelayClient>,
     me: String,
+    timings: (Duration, Duration),
+    token: LeaderToken,
+    cancel: CancellationToken,
+) {
+    watch_peers(store, &relay, me, timings, token, cancel).await;
+    // The flags are for the leader to act on: the next one re-reads them.
+    relay.cuts().restore_all();
+}
+
+async fn watch_peers(
+    store: PgStore,
+    relay: &Arc<RelayClient>,
+    me: String,
     (ttl, every): (Duration, Duration),
     token: LeaderToken,
     cancel: CancellationToken,
@@ -50,12 +68,13 @@ pub async fn watch(
                 continue;
             }
         };
-        let peers = probe(&relay, &rows, &me, wait).await;
+        follow_flags(relay, &rows, &me);
+        let peers = probe(relay, &rows, &me, wait).await;
         // Failing for a whole TTL while heartbeating: not a slow moment.
         let mut verdicts = reachability::verdicts(&peers, ttl);
         verdicts.extend(own_flag(&rows, &me));
         for v in verdicts {
-            if let Err(StoreError::Fenced { .. }) = apply(&store, &relay, &v).await {
+            if let Err(StoreError::Fenced { .. }) = apply(&store, relay, &v).await {
                 token.depose("a drain flag change was fenced");
                 return;
             }
@@ -94,6 +113,20 @@ async fn probe(
         .collect()
 }
 
+/// Calls to the peers flagged in the database (by this leader or an
+/// earlier one) fail at once; calls to the others go through.
+fn follow_flags(relay: &RelayClient, rows: &[ReplicaInfo], me: &str) {
+    let cuts = relay.cuts();
+    cuts.retain(|id, inc| rows.iter().any(|r| r.id == id && r.incarnation == inc));
+    for r in rows.iter().filter(|r| r.id != me) {
+        if r.drain {
+            cuts.trip(&r.id, r.incarnation);
+        } else {
+            cuts.restore(&r.id, r.incarnation);
+        }
+    }
+}
+
 /// A leader's own flag (set by the leader before it, when it could not
 /// reach this one) means nothing now: lift it.
 fn own_flag(rows: &[ReplicaInfo], me: &str) -> Option<Verdict> {
@@ -110,16 +143,23 @@ async fn apply(store: &PgStore, relay: &RelayClient, v: &Verdict) -> Result<(), 
         Verdict::Restore { id, incarnation } => (id, *incarnation, false),
     };
     match store.set_drain(id, incarnation, drain).await {
-        Ok(true) if drain => warn!(
-            replica = %id,
-            failures = relay.streaks().get(id, incarnation).failures,
-            "this leader's relay calls to the replica keep failing while it heartbeats: \
-             flagged it for drain, so its nodes move to replicas the leader reaches"
-        ),
-        Ok(true) => info!(
-            replica = %id,
-            "the replica answers the relay again: its drain flag is lifted"
-        ),
+        Ok(true) if drain => {
+            relay.cuts().trip(id, incarnation);
+            warn!(
+                replica = %id,
+                failures = relay.streaks().get(id, incarnation).failures,
+                "this leader's relay calls to the replica keep failing while it heartbeats: \
+                 flagged it for drain, so its nodes move to replicas the leader reaches; \
+                 calls to it fail at once meanwhile"
+            );
+        }
+        Ok(true) => {
+            relay.cuts().restore(id, incarnation);
+            info!(
+                replica = %id,
+                "the replica answers the relay again: its drain flag is lifted"
+            );
+        }
         Ok(false) => debug!(replica = %id, "that run of the replica is gone; flag left"),
         Err(e @ StoreError::Fenced { .. }) => return Err(e),
         Err(e) => debug!(replica = %id, error = %e, "drain flag not changed; retrying"),

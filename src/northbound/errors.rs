@@ -34,6 +34,9 @@ pub fn from_transport(node: &str, e: TransportError) -> Status {
         TransportError::Relay(why) => Status::unavailable(format!(
             "the replica holding node {node}'s session did not answer ({why}); retry shortly"
         )),
+        TransportError::OwnerDrained(replica) => Status::unavailable(format!(
+            "the replica holding node {node}'s session, {replica}, is being drained; retry shortly"
+        )),
         TransportError::Fenced { .. }
         | TransportError::NotLeader(_)
         | TransportError::UnexpectedReply => {

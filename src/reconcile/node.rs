@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::diff::{self, Live, Step};
 use super::queue::Outcome;
@@ -68,6 +68,12 @@ pub fn policy(node: &str, err: &ReconcileError, token: &LeaderToken) -> Outcome 
             Outcome::Done
         }
         ReconcileError::Transport(TransportError::NotLeader(_)) => Outcome::Done,
+        // Its owner is handing its nodes over: retry, to reach the node
+        // where it registers next (its registration enqueues it too).
+        ReconcileError::Transport(TransportError::OwnerDrained(_)) => {
+            info!(node, %err, "reconcile failed; will retry");
+            Outcome::Requeue
+        }
         _ => {
             warn!(node, %err, "reconcile failed; will retry");
             Outcome::Requeue

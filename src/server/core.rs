@@ -258,17 +258,23 @@ impl Core {
     }
 
     fn replica(&self, queues: &Arc<QueueSlot>, drain: &Arc<Notify>) -> Arc<Replica> {
-        let slot = queues.clone();
+        let (slot, pg) = (queues.clone(), self.pg.clone());
         Arc::new(Replica {
             identity: self.identity.clone(),
             leadership: self.leadership.clone(),
             transport: self.transport.clone(),
             election: self.election.clone(),
             queue_depth: Box::new(move || slot.get().map_or(0, |q| q.len() as u64)),
+            fenced_writes: Box::new(move || pg.as_ref().map_or(0, fenced_writes)),
             health: self.health.clone(),
             drain_requested: drain.clone(),
         })
     }
+}
+
+/// Leader writes `pg` refused by fencing so far.
+fn fenced_writes(pg: &PgStore) -> u64 {
+    pg.metrics().ops.values().map(|m| m.fenced).sum()
 }
 
 /// Serves a clustered replica's relay and adopts its tasks; returns the

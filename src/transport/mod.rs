@@ -49,6 +49,14 @@ pub enum TransportError {
     /// have reached the node. Query again before acting on it.
     #[error("relay to the owning replica failed (outcome unknown): {0}")]
     Relay(String),
+    /// The replica owning the session is flagged for drain (this leader
+    /// cannot reach its relay): its nodes are moving to other replicas.
+    /// Outcome unknown, like [`TransportError::Relay`]; retry once the
+    /// node has registered elsewhere.
+    #[error(
+        "replica {0}, owning the session, is flagged for drain (its relay is unreachable); retry once the node has moved"
+    )]
+    OwnerDrained(String),
 }
 
 /// Where a node's session is, for one request or several.

@@ -180,7 +180,12 @@ impl Drill {
         let r = &self.cluster.replicas[i];
         self.cluster
             .wait("a failed relay call", || async {
-                if r.log().contains("relay to the owning replica failed") {
+                let log = r.log();
+                // At the relay's deadline, or at once when the leader
+                // flags the replica it cannot reach for drain.
+                let failed = log.contains("relay to the owning replica failed")
+                    || log.contains("owning the session, is flagged for drain");
+                if failed {
                     Ok(())
                 } else {
                     Err("none logged yet".into())

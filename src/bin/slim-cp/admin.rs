@@ -142,6 +142,9 @@ fn state_json(l: &pb::ReplicaState) -> Value {
         "commands_sent": l.commands_sent,
         "commands_fenced": l.commands_fenced,
         "highest_epoch": l.highest_epoch,
+        "pid": l.pid,
+        "host": l.host,
+        "fenced_writes": l.fenced_writes,
     })
 }
 

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod admin;
+mod drill;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -69,6 +70,12 @@ enum Command {
         #[arg(long)]
         server: String,
     },
+    /// Drill a failover on a running cluster: perform one fault, then
+    /// report how long the cluster took to recover and what it lost.
+    /// Exits 0 when the fleet converged again within --within with
+    /// nothing lost or duplicated, 2 when not, 1 when the drill could
+    /// not run.
+    Drill(drill::DrillArgs),
 }
 
 fn init_logging(level: &str) {
@@ -244,6 +251,11 @@ async fn main() -> std::process::ExitCode {
         Command::Status { server, json } => admin::status(&server, json).await,
         Command::StepDown { server } => admin::step_down(&server).await,
         Command::Drain { server } => admin::drain(&server).await,
+        Command::Drill(args) => match drill::run(args).await {
+            Ok(true) => Ok(()),
+            Ok(false) => return std::process::ExitCode::from(2),
+            Err(e) => Err(e),
+        },
     };
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -14,6 +14,7 @@ use tonic::transport::{Channel, Endpoint};
 use tracing::debug;
 
 use super::auth::Stamp;
+use super::cuts::Cuts;
 use super::wire;
 use crate::cluster::Identity;
 use crate::cluster::reachability::Streaks;
@@ -39,6 +40,8 @@ pub struct RelayClient {
     channels: Mutex<HashMap<String, Channel>>,
     /// Whether each peer answered its latest calls (see `reachability`).
     streaks: Streaks,
+    /// Peers whose calls fail at once: flagged for drain.
+    cuts: Cuts,
 }
 
 impl RelayClient {
@@ -51,12 +54,18 @@ impl RelayClient {
             peers: Mutex::default(),
             channels: Mutex::default(),
             streaks: Streaks::default(),
+            cuts: Cuts::default(),
         }
     }
 
     /// How each peer's relay calls went lately.
     pub fn streaks(&self) -> &Streaks {
         &self.streaks
+    }
+
+    /// The peers whose forwarded calls fail at once (flagged for drain).
+    pub fn cuts(&self) -> &Cuts {
+        &self.cuts
     }
 
     fn peers(&self) -> MutexGuard<'_, HashMap<String, (u64, String)>> {
@@ -224,10 +233,9 @@ impl Remote for RelayClient {
             _ => 0,
         };
         let msg = wire::forward_request(at, what);
-        let reply = self
-            .client(&address)?
-            .forward(self.request(msg, self.deadline))
-            .await;
+        let mut client = self.client(&address)?;
+        let call = client.forward(self.request(msg, self.deadline));
+        let reply = self.cuts.unless_cut(&at.owner, call).await?;
         let answered = answered(&reply);
         self.streaks
             .record(&at.owner.id, at.owner.incarnation, answered);

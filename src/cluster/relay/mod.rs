@@ -3,9 +3,11 @@
 
 pub mod auth;
 mod client;
+mod cuts;
 mod server;
 mod wire;
 
 pub use auth::{Guard, Stamp};
 pub use client::RelayClient;
+pub use cuts::Cuts;
 pub use server::RelayService;
