@@ -3,7 +3,7 @@
 //! for a new claim, and planning on the result changes nothing.
 
 use super::links::{DEPARTURE_GRACE_SECS, LinkPlan, active_groups, plan};
-use super::plan_tests::{apply, converge, mesh, mk_graphs, mk_node, mk_template};
+use super::plan_tests::{apply, converge, mesh, mk_graphs, mk_node, mk_template, owned};
 use super::routes::expand;
 use crate::store::model::{
     Claim, Departure, DepartureKind, Link, LinkStatus, NodeRecord, ReportedConnection, SessionState,
@@ -31,7 +31,7 @@ fn register_again(nodes: &mut [NodeRecord], id: &str, generation: u64) {
     n.received_links.clear();
 }
 
-fn plan_on(nodes: &[NodeRecord], stored: &[Link], now: i64) -> LinkPlan {
+fn plan_on<'s>(nodes: &[NodeRecord], stored: &'s [Link], now: i64) -> LinkPlan<'s> {
     plan(nodes, stored, &mk_graphs(&mesh(), nodes), now, &mut || {
         "l-new".into()
     })
@@ -84,7 +84,7 @@ fn a_destination_back_on_another_endpoint_gets_a_new_link_there() {
     assert!(new.config_data.contains("n1.b:9"));
     assert_eq!(new.source_node, link.source_node, "same gateways");
     assert_eq!((new.dest_node.as_deref(), new.claim), (None, None));
-    assert_settled(&p, &mut nodes, &[link], 0);
+    assert_settled(&p, &mut nodes, &[link.clone()], 0);
 }
 
 #[test]
@@ -130,7 +130,7 @@ fn a_source_that_registered_again_waits_for_a_new_claim_and_keeps_its_routes() {
         before.keys().collect::<Vec<_>>(),
         "routes kept"
     );
-    assert_settled(&p, &mut nodes, &[link], 0);
+    assert_settled(&p, &mut nodes, &[link.clone()], 0);
 }
 
 #[test]
@@ -144,14 +144,14 @@ fn a_destination_that_registered_again_without_a_fact_waits_for_a_new_claim() {
         (waiting.status, waiting.dest_node.as_deref(), waiting.claim),
         (LinkStatus::Connecting, Some("b/n1"), None)
     );
-    assert_settled(&p, &mut nodes, &[link], 0);
+    assert_settled(&p, &mut nodes, &[link.clone()], 0);
 }
 
 #[test]
 fn a_fact_claims_again_under_the_current_sessions_and_is_spent() {
     let (mut nodes, link) = linked();
     register_again(&mut nodes, "a/n1", 4);
-    let waiting = plan_on(&nodes, std::slice::from_ref(&link), 0).live;
+    let waiting = owned(&plan_on(&nodes, std::slice::from_ref(&link), 0).live);
     register_again(&mut nodes, "b/n1", 5);
     node(&mut nodes, "b/n1")
         .reported_connections
@@ -189,7 +189,7 @@ fn a_fact_for_a_standing_claim_is_spent_without_a_change() {
         p.consumed_claims,
         [("b/n1".to_string(), link.link_id.clone())]
     );
-    assert_settled(&p, &mut nodes, &[link], 0);
+    assert_settled(&p, &mut nodes, &[link.clone()], 0);
 }
 
 #[test]
@@ -206,7 +206,7 @@ fn a_node_within_its_grace_does_not_outdate_the_claim() {
     gone.updated_at = 100;
     let p = plan_on(&nodes, std::slice::from_ref(&link), 101);
     assert!(p.upserts.is_empty(), "{:?}", p.upserts);
-    assert_eq!(p.live, std::slice::from_ref(&link));
+    assert_eq!(owned(&p.live), std::slice::from_ref(&link));
     assert_eq!(p.recheck_in, Some(DEPARTURE_GRACE_SECS - 1));
 }
 
@@ -217,5 +217,5 @@ fn a_claim_that_predates_claims_is_made_again() {
     link.claim = None;
     let p = plan_on(&nodes, std::slice::from_ref(&link), 0);
     assert_eq!(p.upserts[0].status, LinkStatus::Connecting);
-    assert_settled(&p, &mut nodes, &[link], 0);
+    assert_settled(&p, &mut nodes, &[link.clone()], 0);
 }

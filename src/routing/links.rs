@@ -17,13 +17,14 @@
 //! link whose end has a newer session is only Connecting until its
 //! destination claims it again, whoever planned it before.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::gateway;
 use super::linkconfig;
 use super::topology::{SegmentGraph, may_link};
 use crate::store::Retire;
-use crate::store::model::{Claim, DepartureKind, Link, LinkStatus, NodeRecord, edge};
+use crate::store::model::{Claim, DepartureKind, Link, LinkStatus, NodeRecord, edge_ref};
 
 /// The ready nodes of one group, sorted by id.
 pub type Members<'a> = BTreeMap<String, Vec<&'a NodeRecord>>;
@@ -75,9 +76,10 @@ pub fn active_groups(nodes: &[NodeRecord], now: i64) -> BTreeSet<String> {
         .collect()
 }
 
-/// What to change.
+/// What to change. `'s` is the stored links' lifetime: a link the plan
+/// keeps as it is stays borrowed.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct LinkPlan {
+pub struct LinkPlan<'s> {
     /// Links to write: new, moved, claimed, or newly deleted (tombstones).
     pub upserts: Vec<Link>,
     /// Links (tombstones or live ones) to delete outright because their
@@ -90,7 +92,7 @@ pub struct LinkPlan {
     /// Allowed pairs that cannot link: neither group has an external endpoint.
     pub unlinkable: Vec<(String, String)>,
     /// Every live (not deleted) link after the plan.
-    pub live: Vec<Link>,
+    pub live: Vec<Cow<'s, Link>>,
     /// Plan again after this many seconds: a departed node's grace ends.
     pub recheck_in: Option<i64>,
 }
@@ -146,13 +148,13 @@ fn holds_incoming(n: &NodeRecord, link_id: &str) -> bool {
 }
 
 /// Plans the links. `new_id` mints link ids; `now` stamps changed links.
-pub fn plan(
+pub fn plan<'s>(
     nodes: &[NodeRecord],
-    stored: &[Link],
+    stored: &'s [Link],
     graphs: &[SegmentGraph],
     now: i64,
     new_id: &mut dyn FnMut() -> String,
-) -> LinkPlan {
+) -> LinkPlan<'s> {
     let members = members(nodes);
     let (holding, recheck_in) = holding(nodes, now);
     let ctx = Ctx {
@@ -166,7 +168,7 @@ pub fn plan(
         ..LinkPlan::default()
     };
     let mut gateways = Gateways::stored(&ctx, stored);
-    let mut by_pair: HashMap<(String, String), Vec<&Link>> = HashMap::new();
+    let mut by_pair: HashMap<(&str, &str), Vec<&Link>> = HashMap::new();
     for l in stored {
         if l.deleted {
             if !ctx.holding.contains(l.source_node.as_str()) {
@@ -175,7 +177,7 @@ pub fn plan(
             continue;
         }
         by_pair
-            .entry(edge(&l.source_group, &l.dest_group))
+            .entry(edge_ref(&l.source_group, &l.dest_group))
             .or_default()
             .push(l);
     }
@@ -193,7 +195,7 @@ pub fn plan(
             if !may_link(graphs, a, b) {
                 continue;
             }
-            let existing = by_pair.remove(&edge(a, b)).unwrap_or_default();
+            let existing = by_pair.remove(&edge_ref(a, b)).unwrap_or_default();
             plan_pair(&ctx, (a, b), existing, &mut gateways, new_id, &mut out);
         }
     }
@@ -277,7 +279,7 @@ impl<'a> Ctx<'a> {
     }
 }
 
-fn tombstone(l: &Link, why: &str, ctx: &Ctx<'_>, out: &mut LinkPlan) {
+fn tombstone(l: &Link, why: &str, ctx: &Ctx<'_>, out: &mut LinkPlan<'_>) {
     if ctx.holding.contains(l.source_node.as_str()) {
         let mut dead = l.clone();
         dead.deleted = true;
@@ -289,13 +291,13 @@ fn tombstone(l: &Link, why: &str, ctx: &Ctx<'_>, out: &mut LinkPlan) {
     }
 }
 
-fn plan_pair<'a>(
+fn plan_pair<'a, 's>(
     ctx: &Ctx<'a>,
     (a, b): (&'a str, &'a str),
-    mut existing: Vec<&Link>,
+    mut existing: Vec<&'s Link>,
     gateways: &mut Gateways,
     new_id: &mut dyn FnMut() -> String,
-    out: &mut LinkPlan,
+    out: &mut LinkPlan<'s>,
 ) {
     existing.sort_by(|x, y| x.link_id.cmp(&y.link_id));
     let mut kept = None;
@@ -309,7 +311,7 @@ fn plan_pair<'a>(
             Err(why) => tombstone(l, &why, ctx, out),
         }
     }
-    let link = kept.or_else(|| create(ctx, (a, b), gateways, new_id, out));
+    let link = kept.or_else(|| create(ctx, (a, b), gateways, new_id, out).map(Cow::Owned));
     if let Some(link) = link {
         out.live.push(link);
     }
@@ -319,27 +321,30 @@ const DEPARTED: &str = "its destination departed";
 
 /// The link kept up to date (moved, claimed, or awaiting a new claim), or
 /// why it must go and be recreated.
-fn revise(
+fn revise<'s>(
     ctx: &Ctx<'_>,
-    l: &Link,
+    l: &'s Link,
     gateways: &mut Gateways,
-    out: &mut LinkPlan,
-) -> Result<Link, String> {
+    out: &mut LinkPlan<'_>,
+) -> Result<Cow<'s, Link>, String> {
     let (src, dst) = (ctx.group(&l.source_group), ctx.group(&l.dest_group));
     if let Some(why) = destination_lost(ctx, &dst, l) {
         return Err(why);
     }
-    let mut link = l.clone();
+    // Borrowed until something changes: most links of a derivation stay
+    // as they are, and copying every one cost more than the planning.
+    let mut link = Cow::Borrowed(l);
     let changed = if src.holds(&l.source_node, ctx) {
         settle_claim(ctx, &dst, &mut link, out)
     } else {
-        move_source(&src, &dst, &mut link, gateways, out)?;
+        move_source(&src, &dst, link.to_mut(), gateways, out)?;
         true
     };
     let refreshed = refresh_config(&mut link);
     if changed || refreshed {
-        link.updated_at = ctx.now;
-        out.upserts.push(link.clone());
+        let owned = link.to_mut();
+        owned.updated_at = ctx.now;
+        out.upserts.push(owned.clone());
     }
     Ok(link)
 }
@@ -348,11 +353,12 @@ fn revise(
 /// whether the stored one differed. A link written by an earlier version
 /// (one whose dial retried forever, say) gets today's the next time it
 /// is dialled; a held connection is not touched.
-fn refresh_config(link: &mut Link) -> bool {
+fn refresh_config(link: &mut Cow<'_, Link>) -> bool {
     if linkconfig::is_current(&link.config_data, &link.dest_endpoint, &link.link_id) {
         return false;
     }
-    link.config_data = linkconfig::config_data(&link.dest_endpoint, &link.link_id);
+    let config = linkconfig::config_data(&link.dest_endpoint, &link.link_id);
+    link.to_mut().config_data = config;
     true
 }
 
@@ -382,7 +388,7 @@ fn move_source(
     dst: &Group<'_>,
     link: &mut Link,
     gateways: &mut Gateways,
-    out: &mut LinkPlan,
+    out: &mut LinkPlan<'_>,
 ) -> Result<(), String> {
     let sibling = gateways
         .pick(src.name, src.nodes.iter().map(|n| n.id.as_str()))
@@ -411,7 +417,12 @@ fn move_source(
 /// newer session outdated leaves the link Connecting: the destination stays
 /// its gateway (routes over it are kept, so a reconnect does not churn
 /// them) until it reports the connection again.
-fn settle_claim(ctx: &Ctx<'_>, dst: &Group<'_>, link: &mut Link, out: &mut LinkPlan) -> bool {
+fn settle_claim(
+    ctx: &Ctx<'_>,
+    dst: &Group<'_>,
+    link: &mut Cow<'_, Link>,
+    out: &mut LinkPlan<'_>,
+) -> bool {
     let claimant = match link.dest_node.as_deref() {
         Some(d) => ctx
             .nodes
@@ -428,7 +439,9 @@ fn settle_claim(ctx: &Ctx<'_>, dst: &Group<'_>, link: &mut Link, out: &mut LinkP
         if link.status == LinkStatus::Applied && ctx.claim_current(link) {
             return false;
         }
-        link.claim = Some(ctx.claim_now(&link.source_node, &c.id));
+        let claim = ctx.claim_now(&link.source_node, &c.id);
+        let link = link.to_mut();
+        link.claim = Some(claim);
         link.dest_node = Some(c.id.clone());
         link.status = LinkStatus::Applied;
         link.status_msg = String::new();
@@ -441,7 +454,9 @@ fn settle_claim(ctx: &Ctx<'_>, dst: &Group<'_>, link: &mut Link, out: &mut LinkP
     if awaiting || ctx.claim_current(link) {
         return false;
     }
-    link.status_msg = format!("an end registered again: waiting for {d} to claim it again");
+    let why = format!("an end registered again: waiting for {d} to claim it again");
+    let link = link.to_mut();
+    link.status_msg = why;
     link.claim = None;
     link.status = LinkStatus::Connecting;
     true
@@ -454,7 +469,7 @@ fn create<'a>(
     (a, b): (&'a str, &'a str),
     gateways: &mut Gateways,
     new_id: &mut dyn FnMut() -> String,
-    out: &mut LinkPlan,
+    out: &mut LinkPlan<'_>,
 ) -> Option<Link> {
     let group = |g: &'a str| ctx.group(g);
     // A group whose nodes are all still registering (or within their

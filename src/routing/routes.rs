@@ -9,6 +9,7 @@
 //! any leader: see [`SegmentGraph::shortest_path_tree`]); a route appears once the link of its tree edge is live and
 //! claimed by a gateway on each side.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 
@@ -35,9 +36,10 @@ impl<'a> Realized<'a> {
 /// registered again is Connecting (or Failed) until it is claimed again,
 /// and dropping its routes meanwhile would delete and re-add them on every
 /// reconnect.
-fn realized(links: &[Link]) -> HashMap<(&str, &str), Realized<'_>> {
+fn realized<L: Borrow<Link>>(links: &[L]) -> HashMap<(&str, &str), Realized<'_>> {
     links
         .iter()
+        .map(Borrow::borrow)
         .filter(|l| !l.deleted)
         .filter_map(|l| {
             let dest = l.dest_node.as_deref()?;
@@ -205,7 +207,7 @@ impl<'a, S: Sink<'a>> Expansion<'a, S> {
 pub fn expand(
     nodes: &[NodeRecord],
     active_groups: &BTreeSet<String>,
-    links: &[Link],
+    links: &[impl Borrow<Link>],
     templates: &[Template],
     graphs: &[SegmentGraph],
     now: i64,
@@ -228,7 +230,7 @@ pub fn expand(
 pub fn changes(
     nodes: &[NodeRecord],
     active_groups: &BTreeSet<String>,
-    links: &[Link],
+    links: &[impl Borrow<Link>],
     templates: &[Template],
     graphs: &[SegmentGraph],
     stored: &HashMap<String, String>,
@@ -269,7 +271,7 @@ struct View<'a> {
 }
 
 impl<'a> View<'a> {
-    fn walk<S: Sink<'a>>(&self, links: &'a [Link], sink: S) -> S {
+    fn walk<S: Sink<'a>, L: Borrow<Link>>(&self, links: &'a [L], sink: S) -> S {
         let group_of: HashMap<&str, &str> = self
             .nodes
             .iter()
