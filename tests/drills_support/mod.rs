@@ -34,6 +34,9 @@ pub use held::Link;
 /// Messages per delivery round.
 pub const MSGS: u64 = 200;
 
+/// The prefix of the bench apps' names in a node's `route list`.
+const APPS: &str = "bench/test/";
+
 /// The subscriber's group and the publisher's.
 pub const SUB_GROUP: &str = "g1";
 pub const PUB_GROUP: &str = "g2";
@@ -280,28 +283,31 @@ impl Stage {
         MSGS
     }
 
-    /// Waits until the finished subscriber's route over `link` is gone
-    /// from the publisher's node's own table: the control plane removed
-    /// it and the node applied the removal. A fault then meets a quiet
-    /// fleet, not the tail of the last delivery (a 3.4.6 node can spend
-    /// 5 s in that removal, waiting for its peer's acknowledgement, and
-    /// reads nothing else from its control stream meanwhile).
+    /// Waits until the finished apps' routes over `link` are gone from
+    /// both gateways' own tables (the subscriber's on `g2`'s, the
+    /// publisher's own name on `g1`'s): the control plane removed them and
+    /// the nodes applied the removals. A fault then meets a quiet fleet,
+    /// not the tail of the last delivery: a 3.4.6 node can spend 5 s in
+    /// such a removal, waiting for its peer's acknowledgement of the
+    /// unsubscription, and reads nothing else from its control stream
+    /// meanwhile.
     fn wait_quiet(&self, link: &Link) {
-        let publisher = self.publisher();
-        let quiet = poll(PATIENCE, || {
-            let out = self.ctl(&["route", "list", "-n", &publisher]);
-            let t = out.table();
-            let left = t.rows.iter().any(|r| {
-                t.cell(r, "ROUTE").starts_with(SUB_ROUTE) && t.cell(r, "LINK_ID") == link.id
+        for end in [&link.source, &link.dest] {
+            let quiet = poll(PATIENCE, || {
+                let out = self.ctl(&["route", "list", "-n", end]);
+                let t = out.table();
+                let left = t.rows.iter().any(|r| {
+                    t.cell(r, "ROUTE").starts_with(APPS) && t.cell(r, "LINK_ID") == link.id
+                });
+                if out.ok() && !left {
+                    Ok(())
+                } else {
+                    Err(out.to_string())
+                }
             });
-            if out.ok() && !left {
-                Ok(())
-            } else {
-                Err(out.to_string())
+            if let Err(last) = quiet {
+                panic!("the apps' routes stayed on {end}: {last}");
             }
-        });
-        if let Err(last) = quiet {
-            panic!("the subscriber's route stayed on {publisher}: {last}");
         }
     }
 
