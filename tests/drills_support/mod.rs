@@ -119,16 +119,20 @@ impl Stage {
         let lb = Lb::start(haproxy, dir.path(), &cluster.replicas);
         let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
         let mut nodes = Vec::new();
-        for (g, group) in [SUB_GROUP, PUB_GROUP].into_iter().enumerate() {
-            let prefix = ["a", "b"][g];
-            for k in 0..2 {
-                let (me, other) = (2 * g + k, 2 * g + 1 - k);
-                let spec = line
-                    .spec(group, &format!("{prefix}{}", k + 1))
-                    .port(ports[me])
-                    .peer(&format!("{prefix}{}", 2 - k), ports[other]);
-                nodes.push(SlimNode::start(dir.path(), spec, &lb.southbound_url()));
-            }
+        // A group's gateway is its first node to register, and HAProxy's
+        // `leastconn` spreads the nodes in the order they start (measured:
+        // the first and the fourth land on one follower). So `g2/b1`, then
+        // `g1/a1`, `g2/b2`, `g1/a2` puts the publisher's gateway and the
+        // subscriber's node `g1/a2` on one follower, for the follower
+        // drill. Any other spread works too; the drill says what it held.
+        for (g, k) in [(1, 0), (0, 0), (1, 1), (0, 1)] {
+            let (group, prefix) = [(SUB_GROUP, "a"), (PUB_GROUP, "b")][g];
+            let (me, other) = (2 * g + k, 2 * g + 1 - k);
+            let spec = line
+                .spec(group, &format!("{prefix}{}", k + 1))
+                .port(ports[me])
+                .peer(&format!("{prefix}{}", 2 - k), ports[other]);
+            nodes.push(SlimNode::start(dir.path(), spec, &lb.southbound_url()));
         }
         let mut stage = Stage {
             line,
