@@ -21,15 +21,16 @@ mod common;
 mod haproxy_support;
 #[allow(unused_macros)]
 mod interop_support;
+#[path = "haproxy_support/lb.rs"]
+mod lb;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use cluster_support::{MESH, ReplicaProc};
 use common::pg::{fresh_pg_database, pg_url_for};
-use haproxy_support::Target;
-use interop_support::{NodeSpec, Proc, SlimNode, TestDir, free_port};
+use interop_support::{NodeSpec, SlimNode, TestDir};
+use lb::Lb;
 use slim_cp::proto::nb;
 use slim_cp::proto::nb::control_plane_service_client::ControlPlaneServiceClient;
 use slim_cp::store::model::{NodeRecord, SessionState};
@@ -42,59 +43,6 @@ const MOVE_WITHIN: Duration = Duration::from_secs(30);
 
 /// How long a lost node is watched for a return that must not come.
 const LOST_FOR: Duration = Duration::from_secs(15);
-
-/// HAProxy running the shipped configuration on loopback.
-struct Lb {
-    southbound: u16,
-    northbound: u16,
-    proc: Proc,
-}
-
-impl Lb {
-    fn start(haproxy: &Path, dir: &TestDir, replicas: &[ReplicaProc]) -> Lb {
-        let shipped = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/deploy/haproxy/haproxy.cfg"
-        ))
-        .expect("the shipped haproxy.cfg");
-        let (southbound, northbound) = (free_port(), free_port());
-        let targets = |port: fn(&ReplicaProc) -> u16| -> Vec<Target> {
-            replicas
-                .iter()
-                .map(|r| Target {
-                    addr: format!("127.0.0.1:{}", port(r)),
-                    check_port: r.http,
-                })
-                .collect()
-        };
-        let cfg = haproxy_support::on_loopback(
-            &shipped,
-            &[("southbound", southbound), ("northbound", northbound)],
-            &[
-                ("slim_cp_southbound", targets(|r| r.sb)),
-                ("slim_cp_northbound", targets(|r| r.nb)),
-            ],
-            true,
-        );
-        let file = dir.join("haproxy.cfg");
-        std::fs::write(&file, cfg).expect("haproxy.cfg written");
-        haproxy_support::check(haproxy, &file).unwrap_or_else(|e| panic!("{e}"));
-        let mut cmd = Command::new(haproxy);
-        cmd.arg("-db").arg("-f").arg(&file);
-        let mut proc = Proc::spawn("haproxy", cmd, &dir.join("haproxy.log"));
-        proc.wait_listening(southbound);
-        proc.wait_listening(northbound);
-        Lb {
-            southbound,
-            northbound,
-            proc,
-        }
-    }
-
-    fn southbound_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.southbound)
-    }
-}
 
 /// Everything a failure report needs.
 fn report(replicas: &[ReplicaProc], lb: &Lb, node: &SlimNode) -> String {
@@ -126,7 +74,7 @@ async fn ready(store: &PgStore) -> Result<NodeRecord, String> {
 
 /// `ListNodes` through HAProxy's northbound frontend: the node's status.
 async fn listed_status(lb: &Lb) -> Result<i32, String> {
-    let url = format!("http://127.0.0.1:{}", lb.northbound);
+    let url = format!("http://{}", lb.northbound_addr());
     let mut client = ControlPlaneServiceClient::connect(url)
         .await
         .map_err(|e| e.to_string())?;
@@ -174,7 +122,7 @@ async fn setup(
     for r in &mut replicas {
         r.spawn();
     }
-    let lb = Lb::start(haproxy, &dir, &replicas);
+    let lb = Lb::start(haproxy, dir.path(), &replicas);
     let node = SlimNode::start(dir.path(), NodeSpec::new("g1", "n1"), &lb.southbound_url());
     let store = PgStore::connect(&url, 2).await.expect("observer connects");
     let first = match poll(MOVE_WITHIN, || ready(&store)).await {

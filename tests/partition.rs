@@ -27,7 +27,7 @@ async fn a_leader_cut_off_from_everything_is_replaced_and_rejoins() {
     let node = d.node_not_on(old).await;
     let cut = Instant::now();
     d.fabric.cut_all(old);
-    let takeover = d.takeover(epoch, cut).await;
+    let takeover = d.cluster.takeover(epoch, cut).await;
     d.cluster.next_leader(epoch).await;
     d.announce(&node, "delta");
     d.cluster.stood_down(old).await;
@@ -81,7 +81,7 @@ async fn follower_cut_off_from_postgres(strict: bool) {
     let connected = d.sessions_on(f).await.expect("counts").1;
     let healed = Instant::now();
     d.fabric.heal();
-    d.ready(f).await;
+    d.cluster.ready(f).await;
     let ids = d.converged(&NAMES).await;
     let converged = healed.elapsed();
     assert_eq!(ids, d.links, "every link keeps its id");
@@ -115,7 +115,7 @@ async fn leader_cut_off_from_postgres(strict: bool) {
     let (old, epoch) = d.cluster.leader().await;
     let cut = Instant::now();
     d.fabric.cut_db(old);
-    let takeover = d.takeover(epoch, cut).await;
+    let takeover = d.cluster.takeover(epoch, cut).await;
     d.cluster.stood_down(old).await;
     let mut moved = String::new();
     if strict {
@@ -130,7 +130,7 @@ async fn leader_cut_off_from_postgres(strict: bool) {
     let healed_at = rfc3339_now();
     let healed = Instant::now();
     d.fabric.heal();
-    d.ready(old).await;
+    d.cluster.ready(old).await;
     let ids = d.converged(&NAMES).await;
     let converged = healed.elapsed();
     assert_eq!(ids, d.links, "every link keeps its id");
@@ -186,7 +186,7 @@ async fn leader_cut_off_from_a_relay(strict: bool) {
     let healed = Instant::now();
     d.fabric.heal();
     if strict {
-        d.ready(f).await;
+        d.cluster.ready(f).await;
     }
     d.converged(&names).await;
     let converged = healed.elapsed();
@@ -206,23 +206,7 @@ async fn leader_cut_off_from_a_relay(strict: bool) {
 async fn a_rolling_restart_loses_nothing() {
     let mut d = Drill::stage().await;
     let start = Instant::now();
-    let mut takeover = Duration::ZERO;
-    for i in 0..3 {
-        let (leader, epoch) = d.cluster.leader().await;
-        let term = Instant::now();
-        d.cluster.replicas[i].signal("TERM");
-        if i == leader {
-            takeover = takeover.max(d.takeover(epoch, term).await);
-            d.cluster.next_leader(epoch).await;
-        }
-        let exited = d.cluster.replicas[i].wait_exit(cluster_support::PATIENCE);
-        assert!(
-            exited.is_some_and(|s| s.success()),
-            "clean exit: {exited:?}"
-        );
-        d.cluster.replicas[i].spawn();
-        d.ready(i).await;
-    }
+    let takeover = d.cluster.restart_each().await;
     let ids = d.converged(&NAMES).await;
     let converged = start.elapsed();
     assert_eq!(ids, d.links, "every link keeps its id");

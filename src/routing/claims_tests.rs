@@ -207,7 +207,7 @@ fn a_node_within_its_grace_does_not_outdate_the_claim() {
     let p = plan_on(&nodes, std::slice::from_ref(&link), 101);
     assert!(p.upserts.is_empty(), "{:?}", p.upserts);
     assert_eq!(owned(&p.live), std::slice::from_ref(&link));
-    assert_eq!(p.recheck_in, Some(DEPARTURE_GRACE_SECS - 1));
+    assert_eq!(p.recheck_in, Some(DEPARTURE_GRACE_SECS));
 }
 
 #[test]

@@ -46,18 +46,29 @@ pub fn members(nodes: &[NodeRecord]) -> Members<'_> {
 /// a little later.
 pub const DEPARTURE_GRACE_SECS: i64 = 3;
 
+/// Seconds left, at `now`, of a grace of [`DEPARTURE_GRACE_SECS`] that
+/// began at the stamp `since`; `None` once it is over. Both are whole
+/// seconds, floored (see `Store::now`), so `now - since` can read up to a
+/// second less than the time that really passed: the grace is over only
+/// once the difference exceeds [`DEPARTURE_GRACE_SECS`], so that it never
+/// lasts less (it may last up to a second more).
+pub fn grace_left(now: i64, since: i64) -> Option<i64> {
+    let left = DEPARTURE_GRACE_SECS + 1 - (now - since);
+    (left > 0).then_some(left)
+}
+
 /// Nodes that hold their links: ready ones, ones registering again, and ones
-/// that crashed less than [`DEPARTURE_GRACE_SECS`] ago. Also returns when
-/// the earliest grace ends, in seconds from `now`.
+/// that crashed less than [`DEPARTURE_GRACE_SECS`] ago (see
+/// [`grace_left`]). Also returns when the earliest grace ends, in seconds
+/// from `now`.
 pub fn holding(nodes: &[NodeRecord], now: i64) -> (BTreeSet<&str>, Option<i64>) {
     let mut held = BTreeSet::new();
     let mut recheck: Option<i64> = None;
     for n in nodes {
-        let left = DEPARTURE_GRACE_SECS - (now - n.updated_at);
         let crashed = n.departure.is_some_and(|d| d.kind == DepartureKind::Crash);
         if n.session.is_some() {
             held.insert(n.id.as_str());
-        } else if crashed && left > 0 {
+        } else if crashed && let Some(left) = grace_left(now, n.updated_at) {
             held.insert(n.id.as_str());
             recheck = Some(recheck.map_or(left, |r| r.min(left)));
         }

@@ -421,19 +421,21 @@ fn a_destination_that_just_crashed_keeps_its_link_for_the_grace() {
     });
     gone.updated_at = 100;
     let graphs = mk_graphs(&mesh(), &nodes);
-    let within = plan(&nodes, &live, &graphs, 101, &mut || "l-new".into());
+    let at = |now: i64| plan(&nodes, &live, &graphs, now, &mut || "l-new".into());
+    let within = at(101);
     assert!(
         within.upserts.is_empty(),
         "kept while it may be reconnecting"
     );
-    assert_eq!(within.recheck_in, Some(DEPARTURE_GRACE_SECS - 1));
-    let after = plan(
-        &nodes,
-        &live,
-        &graphs,
-        100 + DEPARTURE_GRACE_SECS,
-        &mut || "l-new".into(),
-    );
+    assert_eq!(within.recheck_in, Some(DEPARTURE_GRACE_SECS));
+    // Regression (the rolling-restart drill with 3.4.6 nodes): stamps are
+    // whole seconds, floored, so a crash at 100.98 and a plan at 103.14
+    // read three seconds apart after 2.16 s; the link was recreated
+    // towards the sibling 45 ms before its gateway came back.
+    let edge = at(100 + DEPARTURE_GRACE_SECS);
+    assert!(edge.upserts.is_empty(), "kept for the whole grace");
+    assert_eq!(edge.recheck_in, Some(1));
+    let after = at(101 + DEPARTURE_GRACE_SECS);
     assert_eq!(
         after.live[0].link_id, "l-new",
         "recreated once the grace is over"

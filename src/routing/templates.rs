@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::links::DEPARTURE_GRACE_SECS;
+use super::links::grace_left;
 use crate::store::model::{NodeRecord, Template};
 
 /// What the announcements come to.
@@ -58,13 +58,12 @@ pub fn plan(
         if !stale || node.ready_session().is_none() {
             continue;
         }
-        let quiet_for = now - node.updated_at;
-        if quiet_for >= DEPARTURE_GRACE_SECS {
-            out.drop_older.push((id.to_string(), node.generation));
-            older_dropped.insert(id, node.generation);
-        } else {
-            let left = DEPARTURE_GRACE_SECS - quiet_for;
-            out.recheck_in = Some(out.recheck_in.map_or(left, |r| r.min(left)));
+        match grace_left(now, node.updated_at) {
+            None => {
+                out.drop_older.push((id.to_string(), node.generation));
+                older_dropped.insert(id, node.generation);
+            }
+            Some(left) => out.recheck_in = Some(out.recheck_in.map_or(left, |r| r.min(left))),
         }
     }
     out.live = templates
@@ -83,6 +82,7 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::routing::links::DEPARTURE_GRACE_SECS;
     use crate::store::model::{Name, ReplicaRef, Session, SessionState};
 
     fn mk_node(id: &str, generation: u64, updated_at: i64) -> NodeRecord {
@@ -152,8 +152,8 @@ mod tests {
         let early = plan(&nodes, &templates, &holding, 101);
         assert!(early.drop_older.is_empty(), "it may still replay");
         assert_eq!(early.live.len(), 2);
-        assert_eq!(early.recheck_in, Some(DEPARTURE_GRACE_SECS - 1));
-        let later = plan(&nodes, &templates, &holding, 100 + DEPARTURE_GRACE_SECS);
+        assert_eq!(early.recheck_in, Some(DEPARTURE_GRACE_SECS));
+        let later = plan(&nodes, &templates, &holding, 101 + DEPARTURE_GRACE_SECS);
         assert_eq!(later.drop_older, [("g/n".to_string(), 2)]);
         assert_eq!(later.live, [templates[1].clone()]);
     }

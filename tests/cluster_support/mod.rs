@@ -182,6 +182,74 @@ impl Cluster {
         .await
     }
 
+    /// Waits until the database names a leader of a term above `epoch`
+    /// (the moment a new leader can act: it has bumped the epoch), polled
+    /// every 20 ms; the time since `since`.
+    pub async fn takeover(&self, epoch: u64, since: std::time::Instant) -> Duration {
+        let deadline = since + PATIENCE;
+        while std::time::Instant::now() < deadline {
+            if let Ok(term) = self.store.leadership().await
+                && term.epoch > epoch
+                && term.leader.is_some()
+            {
+                return since.elapsed();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("no new term\n{}", self.log_tails());
+    }
+
+    /// Waits until replica `i` answers `/readyz` with 200.
+    pub async fn ready(&self, i: usize) {
+        let addr = self.replicas[i].http_addr();
+        self.wait("the replica ready", || async {
+            match crate::common::http_get(addr, "/readyz").await {
+                Ok((200, _)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    }
+
+    /// A rolling restart: each replica in turn gets SIGTERM (it drains
+    /// and, when leading, hands over), must exit cleanly, is started
+    /// again and waited for on `/readyz` before the next. Returns the
+    /// slowest handover: from a leader's SIGTERM until the database names
+    /// a leader of a higher term.
+    pub async fn restart_each(&mut self) -> Duration {
+        let mut takeover = Duration::ZERO;
+        for i in 0..self.replicas.len() {
+            let (leader, epoch) = self.leader().await;
+            let term = std::time::Instant::now();
+            self.replicas[i].signal("TERM");
+            if i == leader {
+                takeover = takeover.max(self.takeover(epoch, term).await);
+                self.next_leader(epoch).await;
+            }
+            let exited = self.replicas[i].wait_exit(PATIENCE);
+            assert!(
+                exited.is_some_and(|s| s.success()),
+                "{} exits cleanly on SIGTERM: {exited:?}",
+                self.replicas[i].id
+            );
+            self.replicas[i].spawn();
+            self.ready(i).await;
+        }
+        takeover
+    }
+
+    /// Commands refused by the replicas' epoch gates, summed over those
+    /// that answer.
+    pub async fn fenced(&self) -> u64 {
+        let mut total = 0;
+        for r in &self.replicas {
+            if let Some(s) = r.inspect(&self.token).await {
+                total += s.commands_fenced;
+            }
+        }
+        total
+    }
+
     /// Polls `check` for up to [`PATIENCE`]; on timeout panics with its
     /// last word and the replicas' log tails.
     pub async fn wait<T, F, Fut>(&self, what: &str, mut check: F) -> T

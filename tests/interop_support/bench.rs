@@ -2,10 +2,11 @@
 //! `slimctl bench pub` on another, and the count of messages that arrived.
 //! A listing that says APPLIED proves nothing; delivered messages do.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::{PATIENCE, Scenario, Table, spawn_slimctl_of};
+use super::{PATIENCE, Scenario, SlimNode, Table, spawn_slimctl_of};
 
 /// slimctl's publisher gives up on its session after 35 s; wait a bit more.
 const PUB_TIMEOUT: Duration = Duration::from_secs(45);
@@ -52,65 +53,100 @@ impl Scenario {
         msgs: u64,
         route_ok: impl Fn(&Table, &[String]) -> bool,
     ) -> Delivery {
-        let n = msgs.to_string();
-        // The subscriber expects one message more than is sent, so it stays
-        // in the session until the publisher closes it. One that leaves as
-        // soon as it has everything races the publisher's close, which then
-        // waits ~10 s for an ack that never comes.
-        let expect = (msgs + 1).to_string();
         let dir = self.dir.path().to_path_buf();
-        let sub_url = self.node(to).dataplane_url();
-        let pub_url = self.node(from).dataplane_url();
-        // Each app is the bench of its node's own release: it speaks that
-        // node's data-plane protocol, so only the link between the nodes
-        // crosses revisions.
-        let sub_v3 = self.node(to).spec.v3;
-        let pub_v3 = self.node(from).spec.v3;
-        // One log pair per run: logs are appended to, and a second run on
-        // the same node must not read the first run's count.
-        let run = {
-            static RUNS: AtomicUsize = AtomicUsize::new(0);
-            RUNS.fetch_add(1, Ordering::Relaxed)
-        };
-        let name = |role: &str| format!("bench-{role}-{}-{run}", to.replace('/', "-"));
-        let mut sub = spawn_slimctl_of(
-            sub_v3,
-            &dir,
-            &name("sub"),
-            &["bench", "sub", "--server", &sub_url, "-n", &expect],
-        );
-        // The publisher's first session attempt gets through only if the
-        // route is already on its node; a miss costs slimctl a ~10 s retry.
-        // So wait for the route in the publishing node's own table (asked
-        // through the control plane), not just in the control plane's.
-        self.wait_for_within(
-            PATIENCE,
-            "the subscriber's route on the publisher's node",
-            || {
-                let out = self.ctl(&["route", "list", "-n", from]);
-                let t = out.table();
-                let there = t
-                    .rows
-                    .iter()
-                    .any(|r| t.cell(r, "ROUTE").starts_with("bench/test/sub-0") && route_ok(&t, r));
-                if there { Ok(()) } else { Err(out.to_string()) }
-            },
-        );
-        let mut publisher = spawn_slimctl_of(
-            pub_v3,
-            &dir,
-            &name("pub"),
-            &["bench", "pub", "--server", &pub_url, "-n", &n],
-        );
-        let pub_exit = publisher.wait_exit(PUB_TIMEOUT);
-        let _ = sub.wait_exit(SUB_TIMEOUT);
-        let sub_log = sub.log_text();
-        Delivery {
-            received: received(&sub_log),
-            pub_exit,
-            sub_log,
-            pub_log: publisher.log_text(),
+        let sub = App::on(self.node(to));
+        let publisher = App::on(self.node(from));
+        deliver_between(&dir, &sub, &publisher, msgs, || {
+            // The publisher's first session attempt gets through only if
+            // the route is already on its node; a miss costs slimctl a
+            // ~10 s retry. So wait for the route in the publishing node's
+            // own table (asked through the control plane), not just in
+            // the control plane's.
+            self.wait_for_within(
+                PATIENCE,
+                "the subscriber's route on the publisher's node",
+                || {
+                    let out = self.ctl(&["route", "list", "-n", from]);
+                    let t = out.table();
+                    let there = t
+                        .rows
+                        .iter()
+                        .any(|r| t.cell(r, "ROUTE").starts_with(SUB_ROUTE) && route_ok(&t, r));
+                    if there { Ok(()) } else { Err(out.to_string()) }
+                },
+            );
+        })
+    }
+}
+
+/// The prefix of the subscriber's name in a node's `route list`.
+pub const SUB_ROUTE: &str = "bench/test/sub-0";
+
+/// Where an app runs: its node's data-plane URL and release. Each app is
+/// the bench of its node's own release: it speaks that node's data-plane
+/// protocol, so only the link between the nodes crosses revisions.
+pub struct App {
+    /// `group/id` of the node.
+    pub node: String,
+    pub url: String,
+    pub v3: bool,
+}
+
+impl App {
+    pub fn on(node: &SlimNode) -> App {
+        App {
+            node: node.full_id(),
+            url: node.dataplane_url(),
+            v3: node.spec.v3,
         }
+    }
+}
+
+/// Runs a subscriber for `msgs` messages on `sub`'s node, calls
+/// `route_ready` (which returns once the publisher's node has the
+/// subscriber's route), then publishes `msgs` from `publisher`'s node and
+/// reports how many arrived. Logs go to `dir`.
+pub fn deliver_between(
+    dir: &Path,
+    sub: &App,
+    publisher: &App,
+    msgs: u64,
+    route_ready: impl FnOnce(),
+) -> Delivery {
+    let n = msgs.to_string();
+    // The subscriber expects one message more than is sent, so it stays
+    // in the session until the publisher closes it. One that leaves as
+    // soon as it has everything races the publisher's close, which then
+    // waits ~10 s for an ack that never comes.
+    let expect = (msgs + 1).to_string();
+    // One log pair per run: logs are appended to, and a second run on
+    // the same node must not read the first run's count.
+    let run = {
+        static RUNS: AtomicUsize = AtomicUsize::new(0);
+        RUNS.fetch_add(1, Ordering::Relaxed)
+    };
+    let name = |role: &str| format!("bench-{role}-{}-{run}", sub.node.replace('/', "-"));
+    let mut sub_proc = spawn_slimctl_of(
+        sub.v3,
+        dir,
+        &name("sub"),
+        &["bench", "sub", "--server", &sub.url, "-n", &expect],
+    );
+    route_ready();
+    let mut pub_proc = spawn_slimctl_of(
+        publisher.v3,
+        dir,
+        &name("pub"),
+        &["bench", "pub", "--server", &publisher.url, "-n", &n],
+    );
+    let pub_exit = pub_proc.wait_exit(PUB_TIMEOUT);
+    let _ = sub_proc.wait_exit(SUB_TIMEOUT);
+    let sub_log = sub_proc.log_text();
+    Delivery {
+        received: received(&sub_log),
+        pub_exit,
+        sub_log,
+        pub_log: pub_proc.log_text(),
     }
 }
 

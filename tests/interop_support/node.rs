@@ -145,10 +145,14 @@ impl NodeSpec {
             "      clients:\n        - endpoint: \"{southbound_url}\"\n          tls:\n            insecure: true\n"
         ));
         if !self.peers.is_empty() {
-            let deployment = self.group.as_deref().unwrap_or("slim");
-            y.push_str(&format!(
-                "    peers:\n      deployment_name: \"{deployment}\"\n      discovery:\n        type: static\n        peers:\n"
-            ));
+            // 2.0.0-alpha.2 names the peers' shared identity; 3.x derives
+            // it from `domain_name` and refuses the key.
+            y.push_str("    peers:\n");
+            if !self.v3 {
+                let deployment = self.group.as_deref().unwrap_or("slim");
+                y.push_str(&format!("      deployment_name: \"{deployment}\"\n"));
+            }
+            y.push_str("      discovery:\n        type: static\n        peers:\n");
             for (id, port) in &self.peers {
                 y.push_str(&format!(
                     "          - node_id: \"{id}\"\n            endpoint: \"http://127.0.0.1:{port}\"\n            tls:\n              insecure: true\n"

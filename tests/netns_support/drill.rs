@@ -145,36 +145,6 @@ impl Drill {
             .expect("a node on another replica")
     }
 
-    /// Waits until the database names a leader of a term above `epoch`
-    /// (the moment a new leader can act: it has bumped the epoch), polled
-    /// every 20 ms; the time since `since`.
-    pub async fn takeover(&self, epoch: u64, since: std::time::Instant) -> Duration {
-        let deadline = since + crate::cluster_support::PATIENCE;
-        while std::time::Instant::now() < deadline {
-            if let Ok(term) = self.cluster.store.leadership().await
-                && term.epoch > epoch
-                && term.leader.is_some()
-            {
-                return since.elapsed();
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("no new term\n{}", self.cluster.log_tails());
-    }
-
-    /// Waits until replica `i` answers `/readyz` with 200.
-    pub async fn ready(&self, i: usize) {
-        let addr = self.cluster.replicas[i].http_addr();
-        self.cluster
-            .wait("the replica ready", || async {
-                match crate::common::http_get(addr, "/readyz").await {
-                    Ok((200, _)) => Ok(()),
-                    other => Err(format!("{other:?}")),
-                }
-            })
-            .await;
-    }
-
     /// Waits until replica `i` logs a failed relay call.
     pub async fn relay_failed(&self, i: usize) {
         let r = &self.cluster.replicas[i];
@@ -210,18 +180,6 @@ impl Drill {
             .expect("announced");
     }
 
-    /// Commands refused by the replicas' epoch gates, summed over those
-    /// that answer.
-    pub async fn fenced(&self) -> u64 {
-        let mut total = 0;
-        for r in &self.cluster.replicas {
-            if let Some(s) = r.inspect(&self.cluster.token).await {
-                total += s.commands_fenced;
-            }
-        }
-        total
-    }
-
     /// Stops watching and reports, failing on anything lost.
     pub async fn report(
         &mut self,
@@ -240,7 +198,7 @@ impl Drill {
             note,
             seen,
             nodes_lost: self.fleet.lost_count(),
-            fenced: self.fenced().await,
+            fenced: self.cluster.fenced().await,
         };
         report.check();
     }
