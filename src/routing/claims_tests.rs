@@ -84,7 +84,7 @@ fn a_destination_back_on_another_endpoint_gets_a_new_link_there() {
     assert!(new.config_data.contains("n1.b:9"));
     assert_eq!(new.source_node, link.source_node, "same gateways");
     assert_eq!((new.dest_node.as_deref(), new.claim), (None, None));
-    assert_settled(&p, &mut nodes, &[link.clone()], 0);
+    assert_settled(&p, &mut nodes, std::slice::from_ref(&link), 0);
 }
 
 #[test]
@@ -130,7 +130,7 @@ fn a_source_that_registered_again_waits_for_a_new_claim_and_keeps_its_routes() {
         before.keys().collect::<Vec<_>>(),
         "routes kept"
     );
-    assert_settled(&p, &mut nodes, &[link.clone()], 0);
+    assert_settled(&p, &mut nodes, std::slice::from_ref(&link), 0);
 }
 
 #[test]
@@ -144,7 +144,7 @@ fn a_destination_that_registered_again_without_a_fact_waits_for_a_new_claim() {
         (waiting.status, waiting.dest_node.as_deref(), waiting.claim),
         (LinkStatus::Connecting, Some("b/n1"), None)
     );
-    assert_settled(&p, &mut nodes, &[link.clone()], 0);
+    assert_settled(&p, &mut nodes, std::slice::from_ref(&link), 0);
 }
 
 #[test]
@@ -189,7 +189,7 @@ fn a_fact_for_a_standing_claim_is_spent_without_a_change() {
         p.consumed_claims,
         [("b/n1".to_string(), link.link_id.clone())]
     );
-    assert_settled(&p, &mut nodes, &[link.clone()], 0);
+    assert_settled(&p, &mut nodes, std::slice::from_ref(&link), 0);
 }
 
 #[test]
@@ -217,5 +217,5 @@ fn a_claim_that_predates_claims_is_made_again() {
     link.claim = None;
     let p = plan_on(&nodes, std::slice::from_ref(&link), 0);
     assert_eq!(p.upserts[0].status, LinkStatus::Connecting);
-    assert_settled(&p, &mut nodes, &[link.clone()], 0);
+    assert_settled(&p, &mut nodes, std::slice::from_ref(&link), 0);
 }

@@ -302,17 +302,28 @@ fn duplicate_links_of_a_pair_are_reduced_to_one() {
     assert_eq!(p.upserts.iter().filter(|l| l.deleted).count(), 1);
 }
 
-#[test]
-fn chain_routes_go_up_to_the_first_announcer_and_down_to_later_ones() {
+/// Four groups of one node in a chain a-b-c-d, linked.
+fn linked_chain() -> (
+    Vec<NodeRecord>,
+    Vec<Link>,
+    Vec<SegmentGraph>,
+    BTreeSet<String>,
+) {
     let mut nodes: Vec<_> = ["a", "b", "c", "d"]
         .iter()
         .map(|g| mk_node(g, "n1"))
         .collect();
     let mode = chain(&["a", "b", "c", "d"]);
     let live = converge(&mut nodes, &mode);
-    assert_eq!(live.len(), 3);
     let graphs = mk_graphs(&mode, &nodes);
     let m = active_groups(&nodes, 0);
+    (nodes, live, graphs, m)
+}
+
+#[test]
+fn chain_routes_go_up_to_the_first_announcer_and_down_to_later_ones() {
+    let (nodes, live, graphs, m) = linked_chain();
+    assert_eq!(live.len(), 3);
     let first = expand(&nodes, &m, &live, &[mk_template("a/n1", 1)], &graphs, 0);
     let hops: BTreeSet<String> = first.values().map(|r| r.source_node.clone()).collect();
     assert_eq!(
@@ -333,14 +344,7 @@ fn chain_routes_go_up_to_the_first_announcer_and_down_to_later_ones() {
 
 #[test]
 fn route_changes_are_what_expansion_adds_and_drops() {
-    let mut nodes: Vec<_> = ["a", "b", "c", "d"]
-        .iter()
-        .map(|g| mk_node(g, "n1"))
-        .collect();
-    let mode = chain(&["a", "b", "c", "d"]);
-    let live = converge(&mut nodes, &mode);
-    let graphs = mk_graphs(&mode, &nodes);
-    let m = active_groups(&nodes, 0);
+    let (nodes, live, graphs, m) = linked_chain();
     let both = [mk_template("a/n1", 1), mk_template("d/n1", 2)];
     let desired = expand(&nodes, &m, &live, &both, &graphs, 0);
     // Stored: half of the desired routes, and one nobody wants any more.

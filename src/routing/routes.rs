@@ -216,13 +216,7 @@ pub fn expand(
         out: BTreeMap::new(),
         now,
     };
-    let view = View {
-        nodes,
-        active_groups,
-        templates,
-        graphs,
-    };
-    view.walk(links, sink).out
+    walk(nodes, active_groups, links, templates, graphs, sink).out
 }
 
 /// What [`expand`] would change in `stored` (route id to source node):
@@ -243,13 +237,7 @@ pub fn changes(
         id: String::new(),
         now,
     };
-    let view = View {
-        nodes,
-        active_groups,
-        templates,
-        graphs,
-    };
-    let found = view.walk(links, sink);
+    let found = walk(nodes, active_groups, links, templates, graphs, sink);
     let mut gone: Vec<(String, String)> = stored
         .iter()
         .filter(|(id, _)| !found.kept.contains(id.as_str()))
@@ -262,49 +250,46 @@ pub fn changes(
     }
 }
 
-/// The facts an expansion reads besides the links.
-struct View<'a> {
+/// Finds every route the announcements call for, into `sink`.
+fn walk<'a, S: Sink<'a>>(
     nodes: &'a [NodeRecord],
     active_groups: &'a BTreeSet<String>,
+    links: &'a [impl Borrow<Link>],
     templates: &'a [Template],
     graphs: &'a [SegmentGraph],
-}
-
-impl<'a> View<'a> {
-    fn walk<S: Sink<'a>, L: Borrow<Link>>(&self, links: &'a [L], sink: S) -> S {
-        let group_of: HashMap<&str, &str> = self
-            .nodes
-            .iter()
-            .filter_map(|n| Some((n.id.as_str(), n.group.as_deref()?)))
-            .collect();
-        let active: BTreeSet<&str> = self.active_groups.iter().map(String::as_str).collect();
-        let mut by_name: BTreeMap<&Name, Vec<&Template>> = BTreeMap::new();
-        for t in self.templates {
-            by_name.entry(&t.name).or_default().push(t);
-        }
-        let mut ex = Expansion {
-            realized: realized(links),
-            sink,
-        };
-        // One tree per domain and root, shared by every name rooted there.
-        let mut trees: HashMap<(usize, &str), BTreeMap<&str, &str>> = HashMap::new();
-        for (name, mut announcers) in by_name {
-            announcers.sort_by(|a, b| a.seq.cmp(&b.seq).then_with(|| a.node.cmp(&b.node)));
-            for (i, graph) in self.graphs.iter().enumerate() {
-                let inside: Vec<(&str, &str)> = announcers
-                    .iter()
-                    .filter_map(|t| Some((t.node.as_str(), *group_of.get(t.node.as_str())?)))
-                    .filter(|(_, g)| graph.contains(g))
-                    .collect();
-                let Some(&(_, root)) = inside.first() else {
-                    continue;
-                };
-                let parent = trees
-                    .entry((i, root))
-                    .or_insert_with(|| graph.shortest_path_tree(root, |g| active.contains(g)));
-                ex.along_tree(name, parent, &inside);
-            }
-        }
-        ex.sink
+    sink: S,
+) -> S {
+    let group_of: HashMap<&str, &str> = nodes
+        .iter()
+        .filter_map(|n| Some((n.id.as_str(), n.group.as_deref()?)))
+        .collect();
+    let active: BTreeSet<&str> = active_groups.iter().map(String::as_str).collect();
+    let mut by_name: BTreeMap<&Name, Vec<&Template>> = BTreeMap::new();
+    for t in templates {
+        by_name.entry(&t.name).or_default().push(t);
     }
+    let mut ex = Expansion {
+        realized: realized(links),
+        sink,
+    };
+    // One tree per domain and root, shared by every name rooted there.
+    let mut trees: HashMap<(usize, &str), BTreeMap<&str, &str>> = HashMap::new();
+    for (name, mut announcers) in by_name {
+        announcers.sort_by(|a, b| a.seq.cmp(&b.seq).then_with(|| a.node.cmp(&b.node)));
+        for (i, graph) in graphs.iter().enumerate() {
+            let inside: Vec<(&str, &str)> = announcers
+                .iter()
+                .filter_map(|t| Some((t.node.as_str(), *group_of.get(t.node.as_str())?)))
+                .filter(|(_, g)| graph.contains(g))
+                .collect();
+            let Some(&(_, root)) = inside.first() else {
+                continue;
+            };
+            let parent = trees
+                .entry((i, root))
+                .or_insert_with(|| graph.shortest_path_tree(root, |g| active.contains(g)));
+            ex.along_tree(name, parent, &inside);
+        }
+    }
+    ex.sink
 }
