@@ -52,8 +52,9 @@ pub type Build = (String, PathBuf);
 /// One control plane as benchmarked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Setup {
-    /// The upstream reference control plane (memory store), its binary.
-    Reference(PathBuf),
+    /// The upstream reference control plane (memory store): its binary,
+    /// and whether it is of the 3.x line (its fleet then speaks 3.x).
+    Reference { bin: PathBuf, v3: bool },
     /// slim-cp, one replica on the memory store.
     Memory,
     /// slim-cp, `replicas` replicas sharing a fresh database on the server
@@ -65,7 +66,8 @@ impl Setup {
     /// The table's name for it.
     pub fn label(&self) -> String {
         match self {
-            Setup::Reference(_) => REFERENCE.into(),
+            Setup::Reference { v3: false, .. } => REFERENCE.into(),
+            Setup::Reference { v3: true, .. } => format!("{REFERENCE} 3.4.6"),
             Setup::Memory => "slim-cp memory".into(),
             Setup::Postgres { replicas, .. } => format!("slim-cp pg x{replicas}"),
         }

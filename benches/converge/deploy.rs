@@ -23,8 +23,8 @@ impl Deployment {
     pub async fn start(setup: &Setup, slim_cp: &Path, dir: &Path) -> Result<Deployment> {
         std::fs::create_dir_all(dir)?;
         match setup {
-            Setup::Memory => single(slim_cp, &["serve"], dir),
-            Setup::Reference(bin) => single(bin, &[], dir),
+            Setup::Memory => single(slim_cp, &["serve"], dir, false),
+            Setup::Reference { bin, v3 } => single(bin, &[], dir, *v3),
             Setup::Postgres {
                 admin_url,
                 replicas,
@@ -70,11 +70,16 @@ impl Deployment {
     }
 }
 
-/// `bin args... --config <dir>/config.yaml` on the memory store.
-fn single(bin: &Path, args: &[&str], dir: &Path) -> Result<Deployment> {
+/// `bin args... --config <dir>/config.yaml` on the memory store; `v3`:
+/// written for a 3.x control plane, whose topology entries name their
+/// group `domain`.
+fn single(bin: &Path, args: &[&str], dir: &Path, v3: bool) -> Result<Deployment> {
     let (nb, sb) = (free_port()?, free_port()?);
     let config = dir.join("config.yaml");
-    let yaml = format!("{}database:\n  type: in_memory\n", base_config(nb, sb));
+    let mut yaml = format!("{}database:\n  type: in_memory\n", base_config(nb, sb));
+    if v3 {
+        yaml = yaml.replace("- group:", "- domain:");
+    }
     std::fs::write(&config, yaml)?;
     let config = config.display().to_string();
     let mut args = args.to_vec();

@@ -4,7 +4,9 @@
 //! (`cargo build --release --bins --benches` gives the same one).
 //!
 //! Options: `--nodes N --groups N --names N` (one custom size instead of
-//! the two defaults), `--timeout SECS`, `--only slim-cp|reference`,
+//! the two defaults), `--timeout SECS`, `--only slim-cp|reference` (the
+//! reference of each installed line: 2.0.0-alpha.2, and 3.4.6 with a
+//! fleet speaking 3.x),
 //! `--db memory|postgres|postgres:URL,...` (default memory; URL is the
 //! admin database fresh ones are created from) and `--replicas N,...`
 //! (replica counts for each Postgres setup; default 1). For example
@@ -60,7 +62,7 @@ async fn main() -> Result<()> {
     for s in &args.sizes {
         for setup in &setups {
             // The reference is one binary; slim-cp's setups run per build.
-            let n = if matches!(setup, Setup::Reference(_)) {
+            let n = if matches!(setup, Setup::Reference { .. }) {
                 1
             } else {
                 builds.len()
@@ -92,12 +94,14 @@ fn setups(args: &Args) -> Result<(Vec<Build>, Vec<Setup>)> {
         setups = args.slim_setups();
     }
     if args.wants(REFERENCE) {
-        match reference_bin() {
-            Some(bin) => {
-                println!("reference: {}", bin.display());
-                setups.push(Setup::Reference(bin));
+        for (folder, v3) in [("bin", false), ("3.4.6/bin", true)] {
+            match reference_bin(folder) {
+                Some(bin) => {
+                    println!("reference ({folder}): {}", bin.display());
+                    setups.push(Setup::Reference { bin, v3 });
+                }
+                None => println!("reference ({folder}): slim-control-plane not installed; skipped"),
             }
-            None => println!("reference: slim-control-plane not installed; skipped"),
         }
     }
     Ok((builds, setups))
@@ -105,13 +109,13 @@ fn setups(args: &Args) -> Result<(Vec<Build>, Vec<Setup>)> {
 
 /// The fleet of size `s`: node i in group i % groups, `per_connection`
 /// nodes to an HTTP/2 connection.
-fn start_fleet(url: &str, s: Size, per_connection: usize) -> Result<SimFleet> {
+fn start_fleet(url: &str, s: Size, per_connection: usize, v3: bool) -> Result<SimFleet> {
     let specs = (0..s.nodes).map(|i| {
         // Endpoints are only names in the simulated network.
         let ep = format!("10.{}.{}.{}:46357", i >> 16, (i >> 8) & 255, i & 255);
         let mut spec = SimNodeSpec::new(&format!("n{i}"), Some(&format!("g{}", i % s.groups)), &ep);
         spec.external_endpoint = Some(ep);
-        spec
+        if v3 { spec.v3() } else { spec }
     });
     let opts = FleetOptions {
         nodes_per_channel: per_connection,
@@ -139,7 +143,8 @@ async fn run(
     // the whole peak, this included (see the README's performance section).
     let idle_mb = deployment.rss_mb();
     let t0 = Instant::now();
-    let fleet = start_fleet(&deployment.url(), s, args.nodes_per_connection)?;
+    let v3 = matches!(setup, Setup::Reference { v3: true, .. });
+    let fleet = start_fleet(&deployment.url(), s, args.nodes_per_connection, v3)?;
     let mut w = Watch::run(&fleet, s, t0, timeout).await;
     // Right after convergence, before the settle period adds anything.
     let (peak_mb, commands) = (deployment.peak_rss_mb(), fleet.commands_received());
@@ -175,7 +180,7 @@ async fn run(
 /// Prints what is about to run, and how busy the machine is (other work
 /// skews timings); returns the bound on convergence.
 fn announce(setup: &Setup, build: &str, s: Size, args: &Args) -> Duration {
-    let bound = if matches!(setup, Setup::Reference(_)) {
+    let bound = if matches!(setup, Setup::Reference { .. }) {
         400
     } else {
         300
@@ -217,13 +222,19 @@ fn machine() -> String {
     format!("machine: nproc {nproc}, {model}, {gib:.1} GiB memory")
 }
 
-fn reference_bin() -> Option<PathBuf> {
+/// The reference binary in `folder` (`bin` or `3.4.6/bin`) of the
+/// upstream cache `scripts/install-upstream.sh` fills.
+fn reference_bin(folder: &str) -> Option<PathBuf> {
     let mut dirs = Vec::new();
     if let Some(d) = std::env::var_os("SLIM_UPSTREAM_DIR").filter(|d| !d.is_empty()) {
-        dirs.push(PathBuf::from(d).join("bin"));
+        dirs.push(PathBuf::from(d).join(folder));
     }
     if let Some(h) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
-        dirs.push(PathBuf::from(h).join(".cache/slim-cp/upstream/bin"));
+        dirs.push(
+            PathBuf::from(h)
+                .join(".cache/slim-cp/upstream")
+                .join(folder),
+        );
     }
     let bins = dirs.into_iter().map(|d| d.join("slim-control-plane"));
     bins.into_iter().find(|p| p.is_file())

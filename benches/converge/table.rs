@@ -60,8 +60,8 @@ pub fn print(rows: &[Outcome]) {
 /// The row `r`'s time is compared with.
 fn baseline<'a>(r: &Outcome, rows: &'a [Outcome]) -> Option<&'a Outcome> {
     let base = |o: &&Outcome| match (&r.setup, &o.setup) {
-        (Setup::Reference(_), Setup::Memory) => true,
-        (Setup::Reference(_), _) => false,
+        (Setup::Reference { .. }, Setup::Memory) => true,
+        (Setup::Reference { .. }, _) => false,
         (_, Setup::Postgres { replicas, .. }) => *replicas == 1,
         _ => false,
     };
