@@ -98,27 +98,6 @@ impl Found<'_> {
     }
 }
 
-/// Where the expansion puts the routes it finds; the first find of an id
-/// is the one kept.
-trait Sink<'a> {
-    fn found(&mut self, route: Found<'a>);
-}
-
-/// Every route, by id.
-struct Collect {
-    out: BTreeMap<String, Route>,
-    now: i64,
-}
-
-impl<'a> Sink<'a> for Collect {
-    fn found(&mut self, f: Found<'a>) {
-        let id = route_id(f.gateway, &f.link.link_id, f.name);
-        if !self.out.contains_key(&id) {
-            self.out.insert(id.clone(), f.to_route(id, self.now));
-        }
-    }
-}
-
 /// Only what differs from the stored routes. A derivation finds every
 /// route of the fleet, nearly all of them stored already: those cost a
 /// lookup, not a route.
@@ -130,8 +109,9 @@ struct Compare<'s> {
     now: i64,
 }
 
-impl<'a> Sink<'a> for Compare<'_> {
-    fn found(&mut self, f: Found<'a>) {
+impl Compare<'_> {
+    /// Keeps a find: the first find of an id is the one kept.
+    fn found(&mut self, f: Found<'_>) {
         self.id.clear();
         write_route_id(&mut self.id, f.gateway, &f.link.link_id, f.name);
         if let Some((id, _)) = self.stored.get_key_value(self.id.as_str()) {
@@ -152,12 +132,12 @@ pub struct RouteChanges {
     pub gone: Vec<(String, String)>,
 }
 
-struct Expansion<'a, S> {
+struct Expansion<'a, 's> {
     realized: HashMap<(&'a str, &'a str), Realized<'a>>,
-    sink: S,
+    sink: Compare<'s>,
 }
 
-impl<'a, S: Sink<'a>> Expansion<'a, S> {
+impl<'a, 's> Expansion<'a, 's> {
     /// A route on `from`'s gateway towards `to` for `name`, if that tree
     /// edge has a live link.
     fn add(&mut self, from: &str, to: &str, name: &'a Name, announcer: &'a str) {
@@ -212,11 +192,9 @@ pub fn expand(
     graphs: &[SegmentGraph],
     now: i64,
 ) -> BTreeMap<String, Route> {
-    let sink = Collect {
-        out: BTreeMap::new(),
-        now,
-    };
-    walk(nodes, active_groups, links, templates, graphs, sink).out
+    let none = HashMap::new();
+    let found = changes(nodes, active_groups, links, templates, graphs, &none, now);
+    found.put.into_iter().map(|r| (r.id.clone(), r)).collect()
 }
 
 /// What [`expand`] would change in `stored` (route id to source node):
@@ -250,15 +228,15 @@ pub fn changes(
     }
 }
 
-/// Finds every route the announcements call for, into `sink`.
-fn walk<'a, S: Sink<'a>>(
+/// Finds every route the announcements call for, compared in `sink`.
+fn walk<'a, 's>(
     nodes: &'a [NodeRecord],
     active_groups: &'a BTreeSet<String>,
     links: &'a [impl Borrow<Link>],
     templates: &'a [Template],
     graphs: &'a [SegmentGraph],
-    sink: S,
-) -> S {
+    sink: Compare<'s>,
+) -> Compare<'s> {
     let group_of: HashMap<&str, &str> = nodes
         .iter()
         .filter_map(|n| Some((n.id.as_str(), n.group.as_deref()?)))
