@@ -158,13 +158,13 @@ async fn metrics_move_and_readiness_follows_the_database_and_the_drain() {
             &[("outcome", "converged")]
         ) >= 1.0
     );
-    assert!(
-        sample(
-            &after,
-            "slim_cp_store_transactions_total",
-            &[("op", "begin_session")]
-        ) >= 6.0
+    // Registrations arriving together share a transaction (group commit).
+    let begun = sample(
+        &after,
+        "slim_cp_store_transactions_total",
+        &[("op", "begin_session")],
     );
+    assert!((1.0..=6.0).contains(&begun), "{begun} transactions");
     assert!(
         after
             .docs

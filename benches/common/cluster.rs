@@ -2,6 +2,7 @@
 //! Postgres database with the default cluster timings, behind a
 //! `slim_cp::sim::Balancer` that the fleet dials, as deployments require.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -14,6 +15,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::database::BenchDb;
 use super::process::{Proc, base_config, free_port};
+use super::scrape::{self, OpTotals};
 
 /// Pooled connections per replica: three replicas and their dedicated
 /// connections stay well under Postgres' default 100.
@@ -31,6 +33,8 @@ pub struct Replica {
     pub id: String,
     pub nb: u16,
     pub sb: u16,
+    /// Health and metrics.
+    pub http: u16,
     pub proc: Proc,
 }
 
@@ -50,7 +54,13 @@ impl Replica {
         let config = config.display().to_string();
         let args = ["serve", "--no-migrate", "--config", &config];
         let proc = Proc::new(&id, bin, &args, dir);
-        Ok(Replica { id, nb, sb, proc })
+        Ok(Replica {
+            id,
+            nb,
+            sb,
+            http,
+            proc,
+        })
     }
 
     /// Starts (or restarts, on the same ports) and waits until it listens.
@@ -151,6 +161,18 @@ impl Cluster {
     pub fn rss_mb(&self) -> f64 {
         let now = self.replicas.iter().filter_map(|r| r.proc.memory_mb().ok());
         now.map(|(_, rss)| rss).fold(f64::NAN, f64::max)
+    }
+
+    /// Every replica's store transactions, summed per operation; a
+    /// replica that does not answer is left out.
+    pub async fn store_ops(&self) -> BTreeMap<String, OpTotals> {
+        let mut ops = BTreeMap::new();
+        for r in &self.replicas {
+            if let Ok(Ok(text)) = tokio::time::timeout(ASK_BOUND, scrape::metrics(r.http)).await {
+                scrape::store_ops(&text, &mut ops);
+            }
+        }
+        ops
     }
 
     /// Stops every replica, then drops the database; returns its size (MB)

@@ -5,4 +5,5 @@
 pub mod cluster;
 pub mod database;
 pub mod process;
+pub mod scrape;
 pub mod table;

@@ -90,6 +90,8 @@ pub struct Args {
     pub builds: Vec<Build>,
     /// Simulated nodes sharing one HTTP/2 connection.
     pub nodes_per_connection: usize,
+    /// Print where each Postgres setup's store time went (`--store-ops`).
+    pub store_ops: bool,
     dbs: Vec<Db>,
     replicas: Vec<usize>,
 }
@@ -123,6 +125,7 @@ pub fn parse_args() -> Result<Args> {
         timeout: None,
         builds: Vec::new(),
         nodes_per_connection: DEFAULT_NODES_PER_CONNECTION,
+        store_ops: false,
         dbs: vec![Db::Memory],
         replicas: vec![1],
     };
@@ -131,6 +134,10 @@ pub fn parse_args() -> Result<Args> {
     while let Some(flag) = it.next() {
         // cargo bench passes `--bench` to harness = false targets.
         if flag == "--bench" {
+            continue;
+        }
+        if flag == "--store-ops" {
+            a.store_ops = true;
             continue;
         }
         let value = it.next().with_context(|| format!("{flag} needs a value"))?;

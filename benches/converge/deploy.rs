@@ -2,6 +2,7 @@
 //! memory store (slim-cp or the reference), or slim-cp replicas on a fresh
 //! Postgres database behind a balancer.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Result;
@@ -10,6 +11,7 @@ use crate::args::Setup;
 use crate::common::cluster::Cluster;
 use crate::common::database::BenchDb;
 use crate::common::process::{Proc, base_config, free_port};
+use crate::common::scrape::OpTotals;
 
 pub enum Deployment {
     /// One process on the memory store, and its southbound port.
@@ -36,11 +38,25 @@ impl Deployment {
         }
     }
 
-    /// What the fleet dials: the process, or the balancer.
+    /// What the fleet dials: the process, a lone replica (as the memory
+    /// setup, so that the two differ by their store alone), or the
+    /// balancer.
     pub fn url(&self) -> String {
         match self {
             Deployment::Single(_, sb) => format!("http://127.0.0.1:{sb}"),
+            Deployment::Cluster(c) if c.replicas.len() == 1 => {
+                format!("http://{}", c.replicas[0].southbound())
+            }
             Deployment::Cluster(c) => c.lb.url(),
+        }
+    }
+
+    /// Where the replicas' store time went (none for one process on
+    /// memory).
+    pub async fn store_ops(&self) -> BTreeMap<String, OpTotals> {
+        match self {
+            Deployment::Single(..) => BTreeMap::new(),
+            Deployment::Cluster(c) => c.store_ops().await,
         }
     }
 

@@ -13,6 +13,9 @@
 //! `--db memory,postgres --replicas 1,3` runs slim-cp on memory, on
 //! Postgres with one replica and with three, and the reference.
 //!
+//! `--store-ops` prints, for each Postgres setup, the store operations
+//! that took the most time (from the replicas' `/metrics`).
+//!
 //! `--nodes-per-connection N` (default 32) sets how many simulated nodes
 //! share one HTTP/2 connection (real nodes have one each: `1`, within the
 //! open-files limit of both processes). `--build LABEL=PATH`, repeated,
@@ -21,8 +24,9 @@
 //!
 //! Each control plane runs as separate processes (so their memory can be
 //! read from /proc) on generated configs (full mesh, free loopback ports).
-//! A Postgres setup gets a fresh database, dropped afterwards, and its
-//! replicas sit behind a balancer the fleet dials. A simulated fleet in
+//! A Postgres setup gets a fresh database, dropped afterwards; the fleet
+//! dials a lone replica directly (as on memory) and several through a
+//! balancer. A simulated fleet in
 //! this process registers, announces names, and is watched until what the
 //! nodes HOLD is converged: one live link per group pair and, per name,
 //! one route at each non-root group's gateway.
@@ -38,6 +42,10 @@ mod deploy;
 mod observe;
 mod table;
 
+/// Store operations `--store-ops` lists.
+const STORE_OPS_SHOWN: usize = 14;
+
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -46,6 +54,7 @@ use slim_cp::sim::{FleetOptions, SimFleet, SimNodeSpec, SimOptions};
 
 use crate::args::{Args, Build, REFERENCE, SLIM, Setup, Size, parse_args};
 use crate::common::process::{proc_field, slim_cp_bin};
+use crate::common::scrape::OpTotals;
 use crate::deploy::Deployment;
 use crate::observe::{SETTLE, Watch};
 use crate::table::Outcome;
@@ -153,6 +162,9 @@ async fn run(
         None => true,
     };
     println!("  slowest fleet inspection {} ms", w.worst.as_millis());
+    if args.store_ops {
+        print_store_ops(&deployment.store_ops().await);
+    }
     for (node, why) in fleet.lost().into_iter().take(5) {
         println!("  LOST {node}: {why}");
     }
@@ -175,6 +187,17 @@ async fn run(
         db_mb,
         last: w.last,
     })
+}
+
+/// The store operations that took the most time, summed over replicas.
+fn print_store_ops(ops: &BTreeMap<String, OpTotals>) {
+    let mut ops: Vec<_> = ops.iter().filter(|(_, t)| t.calls > 0).collect();
+    ops.sort_by(|a, b| b.1.seconds.total_cmp(&a.1.seconds));
+    println!("  store transactions (by time): op calls total-s mean-ms");
+    for (op, t) in ops.into_iter().take(STORE_OPS_SHOWN) {
+        let mean = t.seconds * 1e3 / t.calls as f64;
+        println!("    {op:<28} {:>7} {:>8.2} {mean:>8.2}", t.calls, t.seconds);
+    }
 }
 
 /// Prints what is about to run, and how busy the machine is (other work

@@ -63,7 +63,7 @@ async fn plan(
         }
     };
     // The database's clock, like the departure stamps it is compared with.
-    let (segments, now) = tokio::try_join!(segments, store.now())?;
+    let (segments, now) = tokio::try_join!(segments, state.now(store))?;
     let rows = state.rows().ok_or_else(not_loaded)?;
     let nodes = &rows.nodes;
     let groups = links::active_groups(nodes, now);

@@ -2,6 +2,7 @@
 //! and the derivation loop.
 
 pub mod backoff;
+pub mod db_clock;
 pub mod derive;
 pub mod diff;
 pub mod leader;

@@ -16,7 +16,7 @@ use crate::names;
 use crate::ops::Metrics;
 use crate::proto::sb;
 use crate::store::model::{Link, LinkAnswer, RouteMark, RouteStatus};
-use crate::store::{ChangeSet, Store, StoreError};
+use crate::store::{Store, StoreError};
 use crate::transport::{Transport, TransportError};
 
 /// How long a route whose link is not on the node yet waits before the
@@ -134,8 +134,13 @@ impl Reconciler {
                 message: String::new(),
             })
             .collect();
-        self.store.mark_routes(&already).await?;
-        self.forget_tombstones(&step.gone).await?;
+        // Routes the node already holds, tombstones it no longer does.
+        let noted = self
+            .store
+            .record_acknowledgement(node, &[], &already, &step.gone)
+            .await;
+        self.link_writes.wrote(&step.gone);
+        noted?;
         if step.has_command() {
             let ack = self
                 .transport
@@ -170,20 +175,6 @@ impl Reconciler {
         out
     }
 
-    /// Deletes tombstones the node no longer holds.
-    async fn forget_tombstones(&self, gone: &[String]) -> Result<(), StoreError> {
-        if gone.is_empty() {
-            return Ok(());
-        }
-        let changes = ChangeSet {
-            delete_links: gone.to_vec(),
-            ..ChangeSet::default()
-        };
-        let done = self.store.apply(changes).await;
-        self.link_writes.wrote(gone);
-        done
-    }
-
     /// Records the node's per-item answers, all at once; any failure
     /// makes the whole step fail so the queue retries with backoff.
     async fn record(
@@ -195,11 +186,14 @@ impl Reconciler {
         let mut failures = Vec::new();
         let (answers, gone) = link_answers(step, ack, &mut failures);
         let marks = route_marks(step, ack, &mut failures);
-        let sent = self.store.mark_links_sent(node, &answers).await;
-        self.link_writes.wrote(answers.iter().map(|a| &a.link_id));
-        sent?;
-        self.store.mark_routes(&marks).await?;
-        self.forget_tombstones(&gone).await?;
+        let recorded = self
+            .store
+            .record_acknowledgement(node, &answers, &marks, &gone)
+            .await;
+        // Named even when the write failed: its outcome is unknown.
+        self.link_writes
+            .wrote(answers.iter().map(|a| &a.link_id).chain(&gone));
+        recorded?;
         match failures.is_empty() {
             true => Ok(()),
             false => Err(ReconcileError::Refused(failures.join("; "))),

@@ -13,6 +13,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
+use super::db_clock::DbClock;
 use crate::store::model::{Link, NodeRecord, Route, Template};
 use crate::store::{ChangeSet, Store, StoreError};
 
@@ -71,6 +72,8 @@ fn route_sources(routes: Vec<Route>) -> HashMap<String, String> {
 
 pub struct WorkingState {
     rows: Option<Rows>,
+    /// The database's clock, extrapolated between readings.
+    clock: DbClock,
     /// Nodes whose record or templates this leader changed since it read
     /// them (a consumed claim, dropped announcements).
     stale: BTreeSet<String>,
@@ -81,15 +84,23 @@ impl WorkingState {
     pub fn new(link_writes: Arc<LinkWrites>) -> Self {
         Self {
             rows: None,
+            clock: DbClock::default(),
             stale: BTreeSet::new(),
             link_writes,
         }
     }
 
-    /// The next look reads everything again.
+    /// The next look reads everything again, the clock included.
     pub fn invalidate(&mut self) {
         self.rows = None;
+        self.clock.forget();
         self.stale.clear();
+    }
+
+    /// The database's time in Unix seconds, never ahead of it (see
+    /// [`DbClock`]).
+    pub async fn now(&mut self, store: &dyn Store) -> Result<i64, StoreError> {
+        self.clock.now(store).await
     }
 
     /// The rows, as of the last [`Self::refresh`].

@@ -63,7 +63,7 @@ pub(super) async fn handshake(
         }
     };
     let node = registration.node_id.clone();
-    let (generation, pending) = match begin(ctx, &registration, deadline).await {
+    let (generation, pending, reply) = match begin(ctx, &registration, deadline).await {
         Recorded::Yes(started) => {
             count(ctx, "recorded");
             ctx.seen_generation
@@ -71,13 +71,14 @@ pub(super) async fn handshake(
             if let Some(old) = &started.replaced {
                 ctx.signals.session_replaced(&node, old);
             }
-            (started.session.generation, None)
+            let reply = from_desired(&started.desired, registration.revision);
+            (started.session.generation, None, reply)
         }
         Recorded::Later => {
             count(ctx, "answered_unrecorded");
             let mut later = registration.clone();
             later.stale_after = Some(ctx.seen_generation.load(Ordering::Relaxed));
-            (0, Some(later))
+            (0, Some(later), echo(&request))
         }
         Recorded::Refused(e) => {
             refused(ctx, out, message_id, Refusal::Store(e.to_string())).await;
@@ -92,10 +93,6 @@ pub(super) async fn handshake(
         ctx.registry.gate(&node),
     ));
     ctx.registry.insert(stream.clone());
-    let reply = match pending {
-        Some(_) => echo(&request),
-        None => desired(ctx, &registration, &request, deadline).await,
-    };
     if !stream.send(envelope(message_id, reply)).await {
         let writer = FactWriter::spawn(ctx.clone(), stream.clone());
         serve::end(ctx, &stream, &writer, DepartureKind::Crash);
@@ -164,24 +161,6 @@ async fn begin(ctx: &Ctx, registration: &Registration, deadline: Instant) -> Rec
             Recorded::Later
         }
         Err(e) => Recorded::Refused(e),
-    }
-}
-
-/// The node's desired state, or, when the store cannot say in time, what
-/// the node reported (never an empty state: it would wipe the node).
-async fn desired(
-    ctx: &Ctx,
-    registration: &Registration,
-    request: &sb::RegisterNodeRequest,
-    deadline: Instant,
-) -> (Vec<sb::Connection>, Vec<sb::Route>) {
-    let node = registration.node_id.as_str();
-    match retry_until(deadline, || ctx.store.desired_for_node(node)).await {
-        Ok(desired) => from_desired(&desired, registration.revision),
-        Err(e) => {
-            warn!(%node, error = %e, "desired state unavailable; replying with what the node holds");
-            echo(request)
-        }
     }
 }
 

@@ -22,7 +22,9 @@ pub use domains::{
     adding_a_domain_again_replaces_its_secret, domains_round_trip_in_name_order,
     removing_a_domain_says_whether_it_existed,
 };
-pub use late::a_late_registration_never_replaces_a_newer_one;
+pub use late::{
+    a_late_registration_already_recorded_stands, a_late_registration_never_replaces_a_newer_one,
+};
 pub use partial::partial_reads_agree_with_the_full_listings;
 pub use retire::retired_links_go_only_while_their_source_is_away;
 pub use revision::{
@@ -58,12 +60,14 @@ macro_rules! store_conformance_tests {
             link_answers_follow_the_status_rules,
             route_marks_need_the_route,
             answers_of_one_command_are_recorded_at_once,
+            an_acknowledgement_is_recorded_whole,
             one_live_link_per_group_pair,
             a_restarted_replica_ends_its_earlier_sessions,
             link_claims_round_trip,
             now_is_the_clock_of_the_stamps,
             retired_links_go_only_while_their_source_is_away,
             a_late_registration_never_replaces_a_newer_one,
+            a_late_registration_already_recorded_stands,
             domains_round_trip_in_name_order,
             adding_a_domain_again_replaces_its_secret,
             removing_a_domain_says_whether_it_existed,
@@ -439,6 +443,11 @@ pub async fn desired_state_filters_deleted_and_foreign(store: &dyn Store) {
     assert_eq!(routes, ["r-1"]);
     let none = store.desired_for_node("z/n9").await.unwrap();
     assert!(none.links.is_empty() && none.routes.is_empty());
+    // A session begins with the same desired state, read in its own
+    // transaction; a node that never had one begins with nothing.
+    let again = start(store, "a/n1").await;
+    assert_eq!(again.desired, desired);
+    assert_eq!(start(store, "z/n9").await.desired, none);
 }
 
 pub async fn nodes_listed_by_id(store: &dyn Store) {
@@ -721,6 +730,50 @@ pub async fn a_restarted_replica_ends_its_earlier_sessions(store: &dyn Store) {
             .unwrap()
             .is_empty()
     );
+}
+
+pub async fn an_acknowledgement_is_recorded_whole(store: &dyn Store) {
+    let mut live = mk_link("l-1", "a/n1", false);
+    live.dest_group = "b".into();
+    store.put_link(live).await.unwrap();
+    let mut tombstone = mk_link("l-old", "a/n1", true);
+    tombstone.dest_group = "c".into();
+    store.put_link(tombstone).await.unwrap();
+    store
+        .put_route(mk_route("r-1", "a/n1", "l-1", RouteStatus::Pending))
+        .await
+        .unwrap();
+    let answers = [LinkAnswer {
+        link_id: "l-1".into(),
+        ok: true,
+        message: String::new(),
+    }];
+    let marks = [RouteMark {
+        id: "r-1".into(),
+        status: RouteStatus::Applied,
+        message: String::new(),
+    }];
+    store
+        .record_acknowledgement("a/n1", &answers, &marks, &["l-old".to_string()])
+        .await
+        .unwrap();
+    let links = store.list_links().await.unwrap();
+    let got: Vec<_> = links
+        .iter()
+        .map(|l| (l.link_id.as_str(), l.status))
+        .collect();
+    assert_eq!(
+        got,
+        [("l-1", LinkStatus::Connecting)],
+        "answered; tombstone gone"
+    );
+    let routes = store.list_routes().await.unwrap();
+    assert_eq!(routes[0].status, RouteStatus::Applied);
+    // Nothing to record writes nothing and is no error.
+    store
+        .record_acknowledgement("a/n1", &[], &[], &[])
+        .await
+        .unwrap();
 }
 
 pub async fn answers_of_one_command_are_recorded_at_once(store: &dyn Store) {

@@ -71,6 +71,7 @@ delegate! {
     fn record_announcements(&self, node: &str, session: Uuid, set: &[Name], withdraw: &[Name]) -> ();
     fn record_received(&self, node: &str, session: Uuid, link_ids: &[String]) -> ();
     fn now(&self) -> i64;
+    fn now_millis(&self) -> i64;
     fn get_node(&self, node: &str) -> Option<NodeRecord>;
     fn list_nodes(&self) -> Vec<NodeRecord>;
     fn get_nodes(&self, ids: &[String]) -> Vec<NodeRecord>;

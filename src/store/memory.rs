@@ -50,6 +50,38 @@ impl State {
 }
 
 /// The memory store. Cheap to share behind an `Arc`.
+/// The live links `node` is the source of, and its routes over them.
+fn desired_of(st: &State, node: &str) -> DesiredState {
+    let links: Vec<Link> = st
+        .links
+        .values()
+        .filter(|l| l.source_node == node && !l.deleted)
+        .cloned()
+        .collect();
+    let routes = st
+        .routes
+        .values()
+        .filter(|r| r.source_node == node && !r.is_deleted())
+        .filter(|r| links.iter().any(|l| l.link_id == r.link_id))
+        .cloned()
+        .collect();
+    DesiredState { links, routes }
+}
+
+/// A late registration whose own session is the node's current one: an
+/// earlier attempt of it was recorded after all (its answer was lost), so
+/// it is recorded and starts nothing new.
+fn already_started(st: &State, registration: &Registration) -> Option<SessionStart> {
+    registration.stale_after?;
+    let rec = st.nodes.get(&registration.node_id)?;
+    let session = rec.session.clone()?;
+    (session.id == registration.session_id).then(|| SessionStart {
+        session,
+        replaced: None,
+        desired: desired_of(st, &registration.node_id),
+    })
+}
+
 #[derive(Default)]
 pub struct MemoryStore {
     state: Mutex<State>,
@@ -97,6 +129,9 @@ impl Store for MemoryStore {
             .nodes
             .get(&registration.node_id)
             .map_or(0, |r| r.generation);
+        if let Some(started) = already_started(&st, &registration) {
+            return Ok(started);
+        }
         if registration.stale_after.is_some_and(|g| latest > g) {
             return Err(StoreError::StaleSession {
                 node: registration.node_id,
@@ -125,7 +160,12 @@ impl Store for MemoryStore {
         rec.generation = generation;
         rec.departure = None;
         rec.updated_at = unix_now();
-        Ok(SessionStart { session, replaced })
+        let desired = desired_of(&st, &registration.node_id);
+        Ok(SessionStart {
+            session,
+            replaced,
+            desired,
+        })
     }
 
     async fn mark_ready(&self, node: &str, session: Uuid) -> Result<bool, StoreError> {
@@ -209,6 +249,10 @@ impl Store for MemoryStore {
     async fn now(&self) -> Result<i64, StoreError> {
         // One process: its clock is the one every stamp here was taken with.
         Ok(unix_now())
+    }
+
+    async fn now_millis(&self) -> Result<i64, StoreError> {
+        Ok(crate::clock::unix_now_millis())
     }
 
     async fn get_node(&self, node: &str) -> Result<Option<NodeRecord>, StoreError> {
@@ -301,21 +345,7 @@ impl Store for MemoryStore {
     }
 
     async fn desired_for_node(&self, node: &str) -> Result<DesiredState, StoreError> {
-        let st = self.lock();
-        let links: Vec<Link> = st
-            .links
-            .values()
-            .filter(|l| l.source_node == node && !l.deleted)
-            .cloned()
-            .collect();
-        let routes = st
-            .routes
-            .values()
-            .filter(|r| r.source_node == node && !r.is_deleted())
-            .filter(|r| links.iter().any(|l| l.link_id == r.link_id))
-            .cloned()
-            .collect();
-        Ok(DesiredState { links, routes })
+        Ok(desired_of(&self.lock(), node))
     }
 
     async fn list_segments(&self) -> Result<Vec<Segment>, StoreError> {

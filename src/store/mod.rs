@@ -62,6 +62,10 @@ pub struct SessionStart {
     /// The session this one replaced, if the node was still connected: its
     /// owner must close that stream.
     pub replaced: Option<Session>,
+    /// The node's desired state as the session began (what
+    /// [`Store::desired_for_node`] would say): the registration's reply,
+    /// read in the same transaction so that a registration costs one.
+    pub desired: DesiredState,
 }
 
 /// A link the leader deletes because its source left, unless the source
@@ -114,7 +118,10 @@ pub trait Store: Send + Sync + 'static {
     /// session, which is returned in `replaced`. With `stale_after: Some(g)`
     /// it is a compare-and-set: if the record's latest generation is above
     /// `g` (the node registered again meanwhile), nothing changes and it
-    /// fails with `StaleSession`.
+    /// fails with `StaleSession`, unless the node's current session is
+    /// this registration's own (an earlier attempt was recorded though its
+    /// answer was lost): then that session is returned as it stands, with
+    /// nothing replaced.
     async fn begin_session(
         &self,
         registration: Registration,
@@ -165,6 +172,14 @@ pub trait Store: Send + Sync + 'static {
     /// grace compare stamps with this, never with a replica's wall clock,
     /// which may be skewed against the database and the other replicas.
     async fn now(&self) -> Result<i64, StoreError>;
+
+    /// The same clock in Unix milliseconds, never later than the moment
+    /// the call returns (see [`crate::reconcile::db_clock`], which
+    /// extrapolates from it). Floored to the second unless the store
+    /// knows better.
+    async fn now_millis(&self) -> Result<i64, StoreError> {
+        Ok(self.now().await?.saturating_mul(1000))
+    }
 
     /// The node's record, if any.
     async fn get_node(&self, node: &str) -> Result<Option<NodeRecord>, StoreError>;
@@ -288,6 +303,30 @@ pub trait Store: Send + Sync + 'static {
     /// (a route marked twice takes its last mark). Returns how many distinct
     /// routes existed.
     async fn mark_routes(&self, marks: &[model::RouteMark]) -> Result<usize, StoreError>;
+
+    /// Everything a command's acknowledgement tells, recorded as one: the
+    /// source's link answers ([`Store::mark_links_sent`]), the route marks
+    /// ([`Store::mark_routes`]) and the deleted links the node no longer
+    /// holds (tombstones dropped). A store with transactions writes them
+    /// in one, so a reconcile costs one round of writes.
+    async fn record_acknowledgement(
+        &self,
+        source: &str,
+        answers: &[model::LinkAnswer],
+        marks: &[model::RouteMark],
+        forgotten: &[String],
+    ) -> Result<(), StoreError> {
+        self.mark_links_sent(source, answers).await?;
+        self.mark_routes(marks).await?;
+        if !forgotten.is_empty() {
+            let changes = ChangeSet {
+                delete_links: forgotten.to_vec(),
+                ..ChangeSet::default()
+            };
+            self.apply(changes).await?;
+        }
+        Ok(())
+    }
 
     /// Ends, as crashes, the sessions owned by an earlier incarnation of
     /// `replica` (same id, lower incarnation): a restarted replica owns no

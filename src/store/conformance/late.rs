@@ -36,3 +36,27 @@ pub async fn a_late_registration_never_replaces_a_newer_one(store: &dyn Store) {
         "no record, nothing newer"
     );
 }
+
+pub async fn a_late_registration_already_recorded_stands(store: &dyn Store) {
+    let mut reg = mk_registration("a/n1");
+    reg.session_id = uuid::Uuid::new_v4();
+    // The first attempt was recorded, but its caller never heard.
+    let first = store.begin_session(reg.clone(), owner()).await.unwrap();
+    let mut late = reg;
+    late.stale_after = Some(first.session.generation.saturating_sub(1));
+    let again = store.begin_session(late.clone(), owner()).await.unwrap();
+    assert_eq!(again.session, first.session, "the recorded session stands");
+    assert_eq!(again.replaced, None);
+    let rec = store.get_node("a/n1").await.unwrap().expect("record");
+    assert_eq!(
+        rec.generation, first.session.generation,
+        "nothing new began"
+    );
+    // Once another session replaced it, the same late registration is stale.
+    start(store, "a/n1").await;
+    let refused = store.begin_session(late, owner()).await;
+    assert!(
+        matches!(refused, Err(StoreError::StaleSession { .. })),
+        "{refused:?}"
+    );
+}

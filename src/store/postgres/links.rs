@@ -104,14 +104,14 @@ pub(super) async fn touching(db: &Db<'_>, node: &str) -> Result<Vec<Link>, TxErr
     query_map(db, SQL, &[&node], link_from).await
 }
 
-/// The node's live links, ordered by id.
-pub(super) async fn live_sourced(db: &Db<'_>, node: &str) -> Result<Vec<Link>, TxError> {
+/// The live links `nodes` are the sources of, ordered by id.
+pub(super) async fn live_sourced(db: &Db<'_>, nodes: &[&str]) -> Result<Vec<Link>, TxError> {
     const SQL: &str = concat!(
         "SELECT ",
         link_columns!(),
-        " FROM links WHERE source_node = $1 AND NOT deleted ORDER BY link_id"
+        " FROM links WHERE source_node = ANY($1) AND NOT deleted ORDER BY link_id"
     );
-    query_map(db, SQL, &[&node], link_from).await
+    query_map(db, SQL, &[&nodes], link_from).await
 }
 
 /// Compare-and-set on (live, still sourced at `source`), then the shared

@@ -16,12 +16,15 @@
 
 mod changes;
 mod domains;
+mod fact_groups;
+mod group;
 mod links;
 mod metrics;
 mod migrate;
 mod nodes;
 mod notify;
 mod pool;
+mod registrations;
 mod replicas;
 mod routes;
 mod rows;
@@ -35,6 +38,7 @@ pub mod url;
 use std::fmt;
 use std::sync::Arc;
 
+use fact_groups::FactGroups;
 pub use metrics::{OpMetrics, PgMetrics};
 pub use notify::{FACTS_CHANNEL, RESYNC};
 pub use pool::PgConnector;
@@ -87,10 +91,17 @@ impl SetupError {
     }
 }
 
-/// The Postgres store. Clones share the pool and the metrics.
+/// The Postgres store. Clones share the pools and the metrics.
 #[derive(Clone)]
 pub struct PgStore {
     tx: Tx,
+    /// The leader's own pool, as large as the shared one and empty until
+    /// this replica leads: its derivations and reconciles never queue
+    /// behind a burst of facts (a thousand registrations hold every
+    /// shared connection for a second), and the facts never wait for it.
+    leader_tx: Tx,
+    /// Facts written with group commit.
+    facts: FactGroups,
     /// The leader's epoch its derivation writes are fenced with.
     fence: Option<u64>,
     /// Settings for connections outside the pool (election, heartbeats,
@@ -125,14 +136,18 @@ impl PgStore {
     ) -> Result<Self, SetupError> {
         let direct = Arc::new(pool::pg_config(direct_url.unwrap_or(url))?);
         let pool = pool::build_pool(pool::pg_config(url)?, pool_size)?;
+        let leader_pool = pool::build_pool(pool::pg_config(url)?, pool_size)?;
         let client = pool.get().await.map_err(|e| SetupError::connect(&e))?;
         client
             .simple_query("SELECT 1")
             .await
             .map_err(|e| SetupError::connect(&e))?;
         drop(client);
+        let tx = Tx::new(pool);
         Ok(Self {
-            tx: Tx::new(pool),
+            leader_tx: tx.with_pool(leader_pool),
+            facts: FactGroups::spawn(&tx),
+            tx,
             fence: None,
             direct,
         })
@@ -154,13 +169,16 @@ impl PgStore {
         self.tx.metrics().snapshot()
     }
 
-    /// The same store, with every derivation write (links, routes, claim
+    /// The same store for the leader of term `epoch`, on the leader's own
+    /// pool, with every derivation write (links, routes, claim
     /// consumption, node and template cleanup) fenced by `epoch`: such a
     /// write fails with [`StoreError::Fenced`](super::StoreError::Fenced) once another leader has
     /// bumped the epoch. Facts, operator writes and reads are not fenced.
     pub fn with_fence(&self, epoch: u64) -> PgStore {
         PgStore {
-            tx: self.tx.clone(),
+            tx: self.leader_tx.clone(),
+            leader_tx: self.leader_tx.clone(),
+            facts: self.facts.clone(),
             fence: Some(epoch),
             direct: self.direct.clone(),
         }

@@ -12,8 +12,10 @@ use super::rows::{
     session_from, session_state_sql, to_i64, to_u64,
 };
 use super::tx::{Db, TxError, execute, query, query_map, query_one, query_opt};
+use std::collections::{BTreeMap, BTreeSet};
+
 use crate::store::model::{
-    DepartureKind, NodeRecord, Registration, ReplicaRef, Session, SessionState,
+    DepartureKind, DesiredState, NodeRecord, Registration, ReplicaRef, Session, SessionState,
 };
 use crate::store::{SessionStart, StoreError};
 
@@ -40,12 +42,23 @@ pub(super) async fn begin_session(
 ) -> Result<SessionStart, TxError> {
     let current = query_one(db, LOCK_OR_CREATE, &[&reg.node_id]).await?;
     let latest = to_u64(current.try_get("generation")?)?;
+    let replaced = session_from(&current)?;
+    let own = replaced.as_ref().filter(|s| s.id == reg.session_id);
+    if let Some(own) = own.filter(|_| reg.stale_after.is_some()) {
+        // An earlier attempt of this late registration was recorded after
+        // all (its answer was lost): it stands, and nothing new starts.
+        let mut desired = desired(db, &[&reg.node_id]).await?;
+        return Ok(SessionStart {
+            session: own.clone(),
+            replaced: None,
+            desired: desired.remove(reg.node_id.as_str()).unwrap_or_default(),
+        });
+    }
     if reg.stale_after.is_some_and(|g| latest > g) {
         // A newer registration stands; the aborted transaction takes back
         // a row this call may have created.
         return Err(stale(&reg.node_id, reg.session_id));
     }
-    let replaced = session_from(&current)?;
     let id = crate::store::chosen_or_new(reg.session_id);
     let state = SessionState::Registering;
     let row = query_one(
@@ -71,18 +84,124 @@ pub(super) async fn begin_session(
         owner: owner.clone(),
         state,
     };
-    Ok(SessionStart { session, replaced })
+    let mut desired = desired(db, &[&reg.node_id]).await?;
+    let desired = desired.remove(reg.node_id.as_str()).unwrap_or_default();
+    Ok(SessionStart {
+        session,
+        replaced,
+        desired,
+    })
 }
 
-pub(super) async fn mark_ready(db: &Db<'_>, node: &str, session: Uuid) -> Result<bool, TxError> {
-    let n = execute(
+/// The desired states of those of `nodes` that have any, by node. Its
+/// two statements may see different commits (READ COMMITTED, in a
+/// registration's transaction): routes are kept only over the links the
+/// first one saw.
+pub(super) async fn desired<'n>(
+    db: &Db<'_>,
+    nodes: &[&'n str],
+) -> Result<BTreeMap<&'n str, DesiredState>, TxError> {
+    let links = super::links::live_sourced(db, nodes).await?;
+    let routes = super::routes::desired(db, nodes).await?;
+    let mut out: BTreeMap<&str, DesiredState> = BTreeMap::new();
+    let asked: BTreeSet<&'n str> = nodes.iter().copied().collect();
+    let owner = |source: &str| asked.get(source).copied();
+    for l in links {
+        if let Some(n) = owner(&l.source_node) {
+            out.entry(n).or_default().links.push(l);
+        }
+    }
+    for r in routes {
+        let Some(n) = owner(&r.source_node) else {
+            continue;
+        };
+        let Some(d) = out.get_mut(n) else { continue };
+        if d.links.iter().any(|l| l.link_id == r.link_id) {
+            d.routes.push(r);
+        }
+    }
+    Ok(out)
+}
+
+/// Marks each `(node, session)` ready if the session is still the node's;
+/// says which were, in call order. Rows are locked in id order first, as
+/// every multi-node writer locks them.
+pub(super) async fn mark_ready_all(
+    db: &Db<'_>,
+    calls: &[(String, Uuid)],
+) -> Result<Vec<bool>, TxError> {
+    let ids: Vec<&str> = calls.iter().map(|(n, _)| n.as_str()).collect();
+    let sessions: Vec<Uuid> = calls.iter().map(|(_, s)| *s).collect();
+    execute(
         db,
-        "UPDATE nodes SET session_state = $3, updated_at = now() \
-         WHERE id = $1 AND session_id = $2",
-        &[&node, &session, &session_state_sql(SessionState::Ready)],
+        "SELECT 1 FROM nodes WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+        &[&ids],
     )
     .await?;
-    Ok(n > 0)
+    let rows = query(
+        db,
+        "UPDATE nodes SET session_state = $3, updated_at = now() \
+         FROM unnest($1::text[], $2::uuid[]) AS t(id, sid) \
+         WHERE nodes.id = t.id AND nodes.session_id = t.sid \
+         RETURNING nodes.id, nodes.session_id",
+        &[&ids, &sessions, &session_state_sql(SessionState::Ready)],
+    )
+    .await?;
+    let mut marked = BTreeSet::new();
+    for row in &rows {
+        marked.insert((row.try_get::<_, String>(0)?, row.try_get::<_, Uuid>(1)?));
+    }
+    Ok(calls.iter().map(|c| marked.contains(c)).collect())
+}
+
+/// Adds each call's link ids to its node's received links, if its session
+/// is still the node's; each call's outcome, in call order.
+pub(super) async fn record_received_all(
+    db: &Db<'_>,
+    calls: &[(String, Uuid, Vec<String>)],
+) -> Result<Vec<Result<(), StoreError>>, TxError> {
+    let ids: Vec<&str> = calls.iter().map(|(n, _, _)| n.as_str()).collect();
+    let rows = query(
+        db,
+        "SELECT id, session_id, received_links FROM nodes \
+         WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+        &[&ids],
+    )
+    .await?;
+    let mut held: BTreeMap<String, (Option<Uuid>, Vec<String>)> = BTreeMap::new();
+    for row in &rows {
+        let Json(received): Json<Vec<String>> = row.try_get(2)?;
+        held.insert(row.try_get(0)?, (row.try_get(1)?, received));
+    }
+    let mut changed = BTreeSet::new();
+    let answers = calls
+        .iter()
+        .map(|(node, session, links)| {
+            let Some((Some(current), received)) = held.get_mut(node) else {
+                return Err(stale_session(node, *session));
+            };
+            if current != session {
+                return Err(stale_session(node, *session));
+            }
+            for id in links {
+                if !received.contains(id) {
+                    received.push(id.clone());
+                }
+            }
+            changed.insert(node.as_str());
+            Ok(())
+        })
+        .collect();
+    let ids: Vec<&str> = changed.iter().copied().collect();
+    let lists: Vec<Json<&Vec<String>>> = ids.iter().map(|n| Json(&held[*n].1)).collect();
+    execute(
+        db,
+        "UPDATE nodes SET received_links = t.r, updated_at = now() \
+         FROM unnest($1::text[], $2::jsonb[]) AS t(id, r) WHERE nodes.id = t.id",
+        &[&ids, &lists],
+    )
+    .await?;
+    Ok(answers)
 }
 
 pub(super) async fn end_session(
@@ -143,39 +262,14 @@ pub(super) async fn lock_current(db: &Db<'_>, node: &str, session: Uuid) -> Resu
 }
 
 fn stale(node: &str, session: Uuid) -> TxError {
+    stale_session(node, session).into()
+}
+
+fn stale_session(node: &str, session: Uuid) -> StoreError {
     StoreError::StaleSession {
         node: node.to_string(),
         session,
     }
-    .into()
-}
-
-pub(super) async fn record_received(
-    db: &Db<'_>,
-    node: &str,
-    session: Uuid,
-    link_ids: &[String],
-) -> Result<(), TxError> {
-    let row = query_opt(
-        db,
-        "SELECT received_links FROM nodes WHERE id = $1 AND session_id = $2 FOR UPDATE",
-        &[&node, &session],
-    )
-    .await?;
-    let row = row.ok_or_else(|| stale(node, session))?;
-    let Json(mut received): Json<Vec<String>> = row.try_get(0)?;
-    for id in link_ids {
-        if !received.contains(id) {
-            received.push(id.clone());
-        }
-    }
-    execute(
-        db,
-        "UPDATE nodes SET received_links = $2, updated_at = now() WHERE id = $1",
-        &[&node, &Json(&received)],
-    )
-    .await?;
-    Ok(())
 }
 
 pub(super) async fn get(db: &Db<'_>, node: &str) -> Result<Option<NodeRecord>, TxError> {

@@ -21,12 +21,31 @@ const MAX_PAYLOAD: usize = 7900;
 
 /// Wakes the leader for `node` when the transaction commits.
 pub(super) async fn node_changed(db: &Db<'_>, node: &str) -> Result<(), TxError> {
-    let payload = if node.len() < MAX_PAYLOAD && node != RESYNC {
+    send(db, payload(node)).await
+}
+
+fn payload(node: &str) -> &str {
+    if node.len() < MAX_PAYLOAD && node != RESYNC {
         node
     } else {
         RESYNC
-    };
-    send(db, payload).await
+    }
+}
+
+/// Wakes the leader for each of `nodes` when the transaction commits:
+/// one statement for all.
+pub(super) async fn nodes_changed(db: &Db<'_>, nodes: &[&str]) -> Result<(), TxError> {
+    if nodes.is_empty() {
+        return Ok(());
+    }
+    let payloads: Vec<&str> = nodes.iter().map(|n| payload(n)).collect();
+    execute(
+        db,
+        "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p",
+        &[&FACTS_CHANNEL, &payloads],
+    )
+    .await?;
+    Ok(())
 }
 
 /// Wakes the leader for a full resync when the transaction commits.

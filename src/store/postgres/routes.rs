@@ -72,16 +72,17 @@ pub(super) async fn sourced(db: &Db<'_>, node: &str) -> Result<Vec<Route>, TxErr
     query_map(db, SQL, &[&node], route_from).await
 }
 
-/// The node's routes that are not deleted and ride one of its live links.
-pub(super) async fn desired(db: &Db<'_>, node: &str) -> Result<Vec<Route>, TxError> {
+/// The routes of `nodes` that are not deleted and ride one of their
+/// sources' live links.
+pub(super) async fn desired(db: &Db<'_>, nodes: &[&str]) -> Result<Vec<Route>, TxError> {
     const SQL: &str = concat!(
         "SELECT ",
         route_columns!(),
-        " FROM routes WHERE source_node = $1 AND status <> 'deleted' \
-           AND link_id IN (SELECT link_id FROM links WHERE source_node = $1 AND NOT deleted) \
+        " FROM routes WHERE source_node = ANY($1) AND status <> 'deleted' \
+           AND link_id IN (SELECT link_id FROM links WHERE source_node = ANY($1) AND NOT deleted) \
          ORDER BY id"
     );
-    query_map(db, SQL, &[&node], route_from).await
+    query_map(db, SQL, &[&nodes], route_from).await
 }
 
 /// Sets status and message if the route exists; the timestamp moves only

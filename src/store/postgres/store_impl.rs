@@ -60,9 +60,14 @@ impl Store for PgStore {
         registration: Registration,
         owner: ReplicaRef,
     ) -> Result<SessionStart, StoreError> {
+        if registration.stale_after.is_none() {
+            return self.facts.begin_session(registration, owner).await;
+        }
+        // A late registration's refusal takes back the row it may have
+        // created: a transaction of its own.
         let args = (registration, owner);
         self.tx
-            .run(write("begin_session"), args, |db, (reg, owner)| {
+            .run(write("begin_late_session"), args, |db, (reg, owner)| {
                 Box::pin(async move {
                     let started = nodes::begin_session(db, reg, owner).await?;
                     notify::node_changed(db, &reg.node_id).await?;
@@ -73,11 +78,7 @@ impl Store for PgStore {
     }
 
     async fn mark_ready(&self, node: &str, session: Uuid) -> Result<bool, StoreError> {
-        self.tx
-            .run(write("mark_ready"), (node, session), |db, (n, s)| {
-                Box::pin(async move { notified(db, n, nodes::mark_ready(db, n, *s).await?).await })
-            })
-            .await
+        self.facts.mark_ready(node, session).await
     }
 
     async fn end_session(
@@ -123,15 +124,7 @@ impl Store for PgStore {
         session: Uuid,
         link_ids: &[String],
     ) -> Result<(), StoreError> {
-        let args = (node, session, link_ids);
-        self.tx
-            .run(write("record_received"), args, |db, (n, s, ids)| {
-                Box::pin(async move {
-                    nodes::record_received(db, n, *s, ids).await?;
-                    notify::node_changed(db, n).await
-                })
-            })
-            .await
+        self.facts.record_received(node, session, link_ids).await
     }
 
     async fn now(&self) -> Result<i64, StoreError> {
@@ -140,6 +133,16 @@ impl Store for PgStore {
         const SQL: &str = "SELECT floor(extract(epoch FROM now()))::bigint";
         self.tx
             .run(read("now"), (), |db, _| {
+                Box::pin(async move { Ok(query_one(db, SQL, &[]).await?.try_get(0)?) })
+            })
+            .await
+    }
+
+    async fn now_millis(&self) -> Result<i64, StoreError> {
+        // The transaction's start: earlier than the answer's arrival.
+        const SQL: &str = "SELECT floor(extract(epoch FROM now()) * 1000)::bigint";
+        self.tx
+            .run(read("now_millis"), (), |db, _| {
                 Box::pin(async move { Ok(query_one(db, SQL, &[]).await?.try_get(0)?) })
             })
             .await
@@ -262,9 +265,8 @@ impl Store for PgStore {
         self.tx
             .run(read("desired_for_node"), node, |db, n| {
                 Box::pin(async move {
-                    let links = links::live_sourced(db, n).await?;
-                    let routes = routes::desired(db, n).await?;
-                    Ok(DesiredState { links, routes })
+                    let mut desired = nodes::desired(db, &[n]).await?;
+                    Ok(desired.remove(*n).unwrap_or_default())
                 })
             })
             .await
@@ -388,6 +390,37 @@ impl Store for PgStore {
                 self.derive("mark_links_sent"),
                 (source, answers),
                 |db, (s, a)| Box::pin(links::mark_sent(db, s, a)),
+            )
+            .await
+    }
+
+    async fn record_acknowledgement(
+        &self,
+        source: &str,
+        answers: &[LinkAnswer],
+        marks: &[RouteMark],
+        forgotten: &[String],
+    ) -> Result<(), StoreError> {
+        if answers.is_empty() && marks.is_empty() && forgotten.is_empty() {
+            return Ok(());
+        }
+        let args = (source, answers, marks, forgotten);
+        self.tx
+            .run(
+                self.derive("record_acknowledgement"),
+                args,
+                |db, (s, a, m, f)| {
+                    Box::pin(async move {
+                        if !a.is_empty() {
+                            links::mark_sent(db, s, a).await?;
+                        }
+                        if !m.is_empty() {
+                            routes::mark(db, m).await?;
+                        }
+                        links::delete(db, f).await?;
+                        Ok(())
+                    })
+                },
             )
             .await
     }

@@ -104,6 +104,14 @@ impl Tx {
         }
     }
 
+    /// The same helper on another pool, counting into the same metrics.
+    pub(super) fn with_pool(&self, pool: Pool) -> Self {
+        Self {
+            pool,
+            metrics: self.metrics.clone(),
+        }
+    }
+
     pub(super) fn metrics(&self) -> &Metrics {
         &self.metrics
     }
