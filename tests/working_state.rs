@@ -1,23 +1,32 @@
 //! The leader's working state against a full rebuild: after any sequence
-//! of facts, leader batches and reconciler writes, a refreshed working
-//! state holds exactly the rows a fresh leader would read, on both stores.
+//! of facts, leader batches, reconciler writes and time passing, a
+//! refreshed working state holds exactly the rows a fresh leader would
+//! read, and each batch's derivation of what changed plans exactly what a
+//! derivation of everything would, on both stores.
 
 mod common;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use slim_cp::config::{AdjacencyEntry, TopologyConfig};
-use slim_cp::reconcile::derive::derive;
+use slim_cp::reconcile::derive::{Planned, commit, plan};
 use slim_cp::reconcile::working::{LinkWrites, Rows, WorkingState};
 use slim_cp::store::model::{
     ConnectionDetail, DepartureKind, LinkAnswer, Name, Registration, ReplicaRef,
 };
 use slim_cp::store::{ChangeSet, MemoryStore, Store};
 
-const NODES: usize = 6;
+const NODES: usize = 8;
+const GROUPS: usize = 4;
+
+/// Batches whose derivation looked at what changed only, and changed
+/// something: the histories must make some, or the comparison proves
+/// nothing.
+static NARROW_CHANGES: AtomicUsize = AtomicUsize::new(0);
 
 /// One thing that happens to the store between or during leader batches.
 #[derive(Debug, Clone)]
@@ -33,6 +42,8 @@ enum Op {
     Answer(usize, bool),
     /// A reconciler deletes every tombstone.
     ForgetTombstones,
+    /// The clock moves on this many seconds: graces end.
+    Wait(i64),
     Batch,
 }
 
@@ -47,12 +58,13 @@ fn op() -> impl Strategy<Value = Op> {
         2 => k.clone().prop_map(Op::Claim),
         1 => (k, any::<bool>()).prop_map(|(k, ok)| Op::Answer(k, ok)),
         1 => Just(Op::ForgetTombstones),
+        1 => (1..5i64).prop_map(Op::Wait),
         4 => Just(Op::Batch),
     ]
 }
 
 fn node(k: usize) -> String {
-    format!("g{}/n{k}", k % 3)
+    format!("g{}/n{k}", k % GROUPS)
 }
 
 fn name(n: usize) -> Name {
@@ -76,6 +88,12 @@ struct World {
     state: WorkingState,
     writes: Arc<LinkWrites>,
     signalled: BTreeSet<String>,
+    /// Seconds the leader's clock is ahead of the store's.
+    ahead: i64,
+    /// Link ids minted so far: both plans of a batch mint the same ones.
+    minted: usize,
+    /// This history's own link ids (Postgres keeps every history's rows).
+    prefix: String,
 }
 
 impl World {
@@ -86,6 +104,9 @@ impl World {
             state: WorkingState::new(writes.clone()),
             writes,
             signalled: BTreeSet::new(),
+            ahead: 0,
+            minted: 0,
+            prefix: uuid::Uuid::new_v4().simple().to_string(),
         }
     }
 
@@ -101,7 +122,7 @@ impl World {
             Op::Register(k) => {
                 let reg = Registration {
                     node_id: node(k),
-                    group: Some(format!("g{}", k % 3)),
+                    group: Some(format!("g{}", k % GROUPS)),
                     connection_details: vec![ConnectionDetail {
                         endpoint: format!("10.0.0.{k}:46357"),
                         external_endpoint: Some(format!("n{k}.example:46357")),
@@ -155,7 +176,7 @@ impl World {
                 let Some(session) = self.session(k).await else {
                     return Ok(());
                 };
-                let group = format!("g{}", k % 3);
+                let group = format!("g{}", k % GROUPS);
                 let links = store.list_links().await.map_err(fail)?;
                 let into: Vec<String> = links
                     .into_iter()
@@ -199,6 +220,10 @@ impl World {
                 self.writes.wrote(&gone);
                 return Ok(());
             }
+            Op::Wait(secs) => {
+                self.ahead += secs;
+                return Ok(());
+            }
             Op::Batch => return self.batch().await,
         }
         if let Op::Register(k)
@@ -213,8 +238,9 @@ impl World {
         Ok(())
     }
 
-    /// A leader batch, then the check: refreshed, the working state reads
-    /// as a full rebuild would.
+    /// A leader batch, checked twice: its derivation of what changed plans
+    /// what one of everything would, and, refreshed, the working state
+    /// reads as a full rebuild would.
     async fn batch(&mut self) -> Result<(), TestCaseError> {
         let store = self.store.clone();
         let nodes: Vec<String> = std::mem::take(&mut self.signalled).into_iter().collect();
@@ -223,8 +249,24 @@ impl World {
             .refresh(store.as_ref(), &nodes)
             .await
             .map_err(fail)?;
-        let d = derive(store.as_ref(), &mesh(), &arrived, &mut self.state).await;
-        d.map_err(fail)?;
+        let now = self.state.now(store.as_ref()).await.map_err(fail)? + self.ahead;
+        self.state.prepare(&mesh(), Vec::new(), now).map_err(fail)?;
+        let incremental = self.plan(&arrived, now, false)?;
+        let whole = self.plan(&arrived, now, true)?;
+        prop_assert_eq!(&incremental.changes, &whole.changes);
+        prop_assert_eq!(&incremental.drops, &whole.drops);
+        prop_assert_eq!(&incremental.derivation.affected, &whole.derivation.affected);
+        prop_assert_eq!(
+            incremental.derivation.recheck_in,
+            whole.derivation.recheck_in
+        );
+        if !incremental.derivation.full && !incremental.changes.is_empty() {
+            NARROW_CHANGES.fetch_add(1, Ordering::Relaxed);
+        }
+        self.minted += incremental.changes.put_links.len();
+        commit(store.as_ref(), &mut self.state, incremental, now)
+            .await
+            .map_err(fail)?;
         self.state
             .refresh(store.as_ref(), &[])
             .await
@@ -232,6 +274,21 @@ impl World {
         let full = Rows::load(store.as_ref()).await.map_err(fail)?;
         prop_assert_eq!(self.state.rows(), Some(&full));
         Ok(())
+    }
+
+    /// The batch's plan, minting link ids after those minted so far.
+    fn plan(
+        &self,
+        arrived: &BTreeSet<String>,
+        now: i64,
+        whole: bool,
+    ) -> Result<Planned, TestCaseError> {
+        let mut n = self.minted;
+        let mut mint = || {
+            n += 1;
+            format!("l-{}-{n}", self.prefix)
+        };
+        plan(&self.state, arrived, now, whole, &mut mint).map_err(fail)
     }
 }
 
@@ -260,7 +317,10 @@ where
     let outcome = runner.run(&history, |ops| {
         rt.block_on(async {
             let mut world = World::new(make().await);
-            for op in ops.iter().chain([&Op::Batch]) {
+            // A node in every group first: later derivations then mostly
+            // look at what changed (a group coming or going is a full one).
+            let prelude: Vec<Op> = (0..GROUPS).map(Op::Register).chain([Op::Batch]).collect();
+            for op in prelude.iter().chain(&ops).chain([&Op::Batch]) {
                 world.run(op).await?;
             }
             Ok(())
@@ -269,6 +329,11 @@ where
     if let Err(e) = outcome {
         panic!("{e}");
     }
+    let narrow = NARROW_CHANGES.swap(0, Ordering::Relaxed);
+    assert!(
+        narrow >= cases as usize,
+        "only {narrow} narrow derivations changed anything"
+    );
 }
 
 #[test]

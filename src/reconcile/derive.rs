@@ -1,15 +1,22 @@
 //! The leader's derivation: from the current facts, the links and routes
 //! the fleet should have, written as one change set. Level-based and
 //! idempotent: run it twice on the same facts and the second run changes
-//! nothing.
+//! nothing. So a derivation looks only at what changed since the last one
+//! (see [`Dirty`](super::working::Dirty)): the group pairs of the nodes and
+//! links that changed, the names they announce and the names whose trees
+//! ride a link that changed. A full derivation looks at everything.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
+use std::time::{Duration, Instant};
 
 use tracing::warn;
 
 use super::working::WorkingState;
 use crate::config::TopologyConfig;
-use crate::routing::{links, routes, templates, topology};
+use crate::routing::links::{self, LinkScope};
+use crate::routing::routes::{self, NameScope, RouteFacts, Router};
+use crate::routing::templates;
+use crate::store::model::{Link, NodeRecord, Segment, edge_ref};
 use crate::store::{ChangeSet, Store, StoreError};
 
 /// What a derivation changed.
@@ -19,11 +26,28 @@ pub struct Derivation {
     pub affected: BTreeSet<String>,
     pub changes: usize,
     /// Derive again after this long: a departed node's grace ends then.
-    pub recheck_in: Option<std::time::Duration>,
+    pub recheck_in: Option<Duration>,
+    /// Whether it looked at everything.
+    pub full: bool,
     /// How long it planned, and how long it wrote: on Postgres the two
     /// parts of a batch's cost.
-    pub planned: std::time::Duration,
-    pub written: std::time::Duration,
+    pub planned: Duration,
+    pub written: Duration,
+}
+
+/// A derivation's plan, not written yet.
+#[derive(Debug)]
+pub struct Planned {
+    pub changes: ChangeSet,
+    pub drops: Drops,
+    pub derivation: Derivation,
+}
+
+/// The announcements a plan drops (see [`templates::TemplatePlan`]).
+#[derive(Debug, Default, PartialEq)]
+pub struct Drops {
+    pub all: Vec<(String, u64)>,
+    pub older: Vec<(String, u64)>,
 }
 
 /// Derives and writes the desired links and routes from the working
@@ -38,39 +62,58 @@ pub async fn derive(
     arrived: &BTreeSet<String>,
     state: &mut WorkingState,
 ) -> Result<Derivation, StoreError> {
-    let started = std::time::Instant::now();
-    let (changes, mut out) = plan(store, mode, arrived, state).await?;
-    out.planned = started.elapsed();
-    if !changes.is_empty() {
-        tracing::trace!(?changes, "derived changes");
-        state.write(store, changes).await?;
-    }
+    let started = Instant::now();
+    // The database's clock, like the departure stamps it is compared with.
+    let (segments, now) = tokio::try_join!(segments(store, mode), state.now(store))?;
+    state.prepare(mode, segments, now)?;
+    let mut new_id = || uuid::Uuid::new_v4().to_string();
+    let mut planned = plan(state, arrived, now, false, &mut new_id)?;
+    planned.derivation.planned = started.elapsed();
+    let mut out = commit(store, state, planned, now).await?;
     out.written = started.elapsed() - out.planned;
     Ok(out)
 }
 
-/// The change set of one derivation, and what it affects.
-async fn plan(
+/// The API-mode segments, or none for a configured topology.
+pub async fn segments(
     store: &dyn Store,
     mode: &TopologyConfig,
+) -> Result<Vec<Segment>, StoreError> {
+    match mode {
+        TopologyConfig::Api => store.list_segments().await,
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// The change set of the derivation at `now`, from the working state as
+/// [`WorkingState::prepare`] left it: of what changed since the last
+/// derivation, or of everything with `whole` (or when the state says so).
+pub fn plan(
+    state: &WorkingState,
     arrived: &BTreeSet<String>,
-    state: &mut WorkingState,
-) -> Result<(ChangeSet, Derivation), StoreError> {
-    let segments = async {
-        match mode {
-            TopologyConfig::Api => store.list_segments().await,
-            _ => Ok(Vec::new()),
-        }
-    };
-    // The database's clock, like the departure stamps it is compared with.
-    let (segments, now) = tokio::try_join!(segments, state.now(store))?;
+    now: i64,
+    whole: bool,
+    new_id: &mut dyn FnMut() -> String,
+) -> Result<Planned, StoreError> {
     let rows = state.rows().ok_or_else(not_loaded)?;
-    let nodes = &rows.nodes;
-    let groups = links::active_groups(nodes, now);
-    let graphs = topology::resolve(mode, &segments, &groups);
-    let plan = links::plan(nodes, &rows.links, &graphs, now, &mut || {
-        uuid::Uuid::new_v4().to_string()
-    });
+    let active = state.active().ok_or_else(not_loaded)?;
+    let trees = state.trees().ok_or_else(not_loaded)?;
+    let graphs = state.graphs();
+    let dirty = state.dirty();
+    let full = whole || dirty.full;
+    if !full && dirty.is_empty() {
+        // Nothing changed since a derivation that was written: planning
+        // would change nothing (derivation is idempotent).
+        return Ok(Planned::nothing(state.next_deadline(now)));
+    }
+    let scope = match full {
+        true => LinkScope::All,
+        false => LinkScope::Some {
+            groups: &dirty.groups,
+            pairs: &dirty.pairs,
+        },
+    };
+    let plan = links::plan_in(&rows.nodes, active, &rows.links, graphs, now, scope, new_id);
     for (a, b) in &plan.unlinkable {
         warn!(
             a,
@@ -78,23 +121,53 @@ async fn plan(
         );
     }
     log_links(&plan);
-    let (holding, _) = links::holding(nodes, now);
-    let announced = templates::plan(nodes, &rows.templates, &holding, now);
-    let routes = routes::changes(
-        nodes,
-        &groups,
-        &plan.live,
-        &announced.live,
-        &graphs,
-        &rows.routes,
-        now,
-    );
-    let recheck = [plan.recheck_in, announced.recheck_in]
-        .into_iter()
-        .flatten()
-        .min();
+    let judged = match full {
+        true => templates::plan_in(&rows.nodes, &rows.templates, rows.templates.nodes(), now),
+        false => templates::plan_in(
+            &rows.nodes,
+            &rows.templates,
+            dirty.nodes.iter().map(String::as_str),
+            now,
+        ),
+    };
+    let counts = |n: &NodeRecord, generation| templates::counts(n, generation, now);
+    let facts = RouteFacts {
+        fleet: &rows.nodes,
+        active,
+        announcements: &rows.templates,
+        counts: &counts,
+        graphs,
+        trees,
+    };
+    let mut router = Router::new(facts, &plan.live);
+    let routes = match full {
+        true => router.changes(&rows.routes, NameScope::All, now),
+        false => {
+            // Reconcilers' writes may have changed a link since the last
+            // derivation: their pairs count as changed too.
+            let pairs: HashSet<(&str, &str)> = plan
+                .planned
+                .iter()
+                .map(|(a, b)| (a.as_str(), b.as_str()))
+                .collect();
+            let planned = |l: &&Link| pairs.contains(&edge_ref(&l.source_group, &l.dest_group));
+            let before: Vec<&Link> = rows.links.iter().filter(planned).collect();
+            let after: Vec<&Link> = plan
+                .live
+                .iter()
+                .map(|l| l.as_ref())
+                .filter(planned)
+                .collect();
+            let mut edges = routes::realized_changes(&before, &after);
+            edges.extend(dirty.pairs.iter().cloned());
+            let mut names = dirty.names.clone();
+            names.extend(router.names_over(&edges));
+            router.changes(&rows.routes, NameScope::Some(&names), now)
+        }
+    };
     let mut out = Derivation {
-        recheck_in: recheck.map(|s| std::time::Duration::from_secs(u64::try_from(s).unwrap_or(1))),
+        recheck_in: in_seconds(state.next_deadline(now)),
+        full,
         ..Derivation::default()
     };
     for l in plan
@@ -105,12 +178,53 @@ async fn plan(
         out.affected.insert(l.source_node.clone());
     }
     let changes = change_set(plan, routes, &mut out.affected);
-    drop_templates(store, &announced, state).await?;
     out.changes = changes.put_links.len()
         + changes.retire_links.len()
         + changes.put_routes.len()
         + changes.delete_routes.len();
-    Ok((changes, out))
+    let drops = Drops {
+        all: judged.drop_all,
+        older: judged.drop_older,
+    };
+    Ok(Planned {
+        changes,
+        drops,
+        derivation: out,
+    })
+}
+
+impl Planned {
+    fn nothing(recheck_in: Option<i64>) -> Self {
+        Planned {
+            changes: ChangeSet::default(),
+            drops: Drops::default(),
+            derivation: Derivation {
+                recheck_in: in_seconds(recheck_in),
+                ..Derivation::default()
+            },
+        }
+    }
+}
+
+fn in_seconds(secs: Option<i64>) -> Option<Duration> {
+    secs.map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(1)))
+}
+
+/// Writes a plan made at `now`: its drops, then its change set. Once
+/// written, nothing is dirty any more.
+pub async fn commit(
+    store: &dyn Store,
+    state: &mut WorkingState,
+    planned: Planned,
+    now: i64,
+) -> Result<Derivation, StoreError> {
+    drop_templates(store, &planned.drops, state).await?;
+    if !planned.changes.is_empty() {
+        tracing::trace!(changes = ?planned.changes, "derived changes");
+        state.write(store, planned.changes).await?;
+    }
+    state.derived(now);
+    Ok(planned.derivation)
 }
 
 fn not_loaded() -> StoreError {
@@ -120,14 +234,14 @@ fn not_loaded() -> StoreError {
 /// Drops what the plan says is gone; the nodes' templates are re-read.
 async fn drop_templates(
     store: &dyn Store,
-    plan: &templates::TemplatePlan,
+    drops: &Drops,
     state: &mut WorkingState,
 ) -> Result<(), StoreError> {
-    let nodes = plan.drop_all.iter().map(|(n, _)| n);
+    let nodes = drops.all.iter().map(|(n, _)| n);
     nodes
-        .chain(plan.drop_older.iter().map(|(n, _)| n))
+        .chain(drops.older.iter().map(|(n, _)| n))
         .for_each(|n| state.touched(n));
-    for (node, upto) in &plan.drop_all {
+    for (node, upto) in &drops.all {
         let gone = store
             .drop_templates_before(node, upto.saturating_add(1))
             .await?;
@@ -139,7 +253,7 @@ async fn drop_templates(
             );
         }
     }
-    for (node, generation) in &plan.drop_older {
+    for (node, generation) in &drops.older {
         store.drop_templates_before(node, *generation).await?;
     }
     Ok(())
@@ -151,7 +265,10 @@ fn log_links(plan: &links::LinkPlan) {
         let what = if l.deleted {
             "link deleted"
         } else if l.claim.is_some() {
-            "link claimed"
+            // The routine end of every dial: a fleet converging claims
+            // thousands.
+            tracing::debug!(link = %l.link_id, dest = l.dest_node.as_deref().unwrap_or("-"), "link claimed");
+            continue;
         } else if l.dest_node.is_some() {
             "link awaits a new claim"
         } else {

@@ -222,6 +222,7 @@ impl Leader {
                 debug!(
                     changes = d.changes,
                     affected = d.affected.len(),
+                    full = d.full,
                     planned = ?d.planned,
                     written = ?d.written,
                     "derived"
@@ -243,13 +244,10 @@ impl Leader {
 
     /// The batch's node records as the working state holds them.
     fn records_of(&self, batch: &[String]) -> Vec<Option<NodeRecord>> {
-        let nodes = self.state.rows().map(|r| r.nodes.as_slice()).unwrap_or(&[]);
+        let rows = self.state.rows();
         batch
             .iter()
-            .map(|id| {
-                let at = nodes.binary_search_by(|n| n.id.as_str().cmp(id));
-                at.ok().map(|i| nodes[i].clone())
-            })
+            .map(|id| rows.and_then(|r| r.nodes.get(id)).cloned())
             .collect()
     }
 

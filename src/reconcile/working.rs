@@ -1,5 +1,7 @@
 //! The leader's working state: every row a derivation reads, kept between
-//! batches so that a batch reads what changed rather than every table.
+//! batches so that a batch reads what changed rather than every table, and
+//! what changed since the last derivation, so that it derives only that
+//! (see [`Dirty`]).
 //!
 //! Coherence rests on who writes what. Node records and templates change
 //! through facts, and every fact signals its node (or asks for a full
@@ -14,7 +16,12 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use super::db_clock::DbClock;
-use crate::store::model::{Link, NodeRecord, Route, Template};
+use crate::routing::fleet::Fleet;
+use crate::routing::stored::StoredRoutes;
+use crate::routing::templates::{Announcements, judged_again_at};
+use crate::routing::topology::SegmentGraph;
+use crate::routing::trees::Trees;
+use crate::store::model::{Link, Name, NodeRecord, Segment, Template, edge};
 use crate::store::{ChangeSet, Store, StoreError};
 
 /// Links a reconciler wrote (an answer, a forgotten tombstone): the leader
@@ -34,18 +41,14 @@ impl LinkWrites {
     }
 }
 
-/// The rows of one look, in the orders the store lists them.
+/// The rows of one look, indexed as a derivation reads them.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Rows {
-    /// By id.
-    pub nodes: Vec<NodeRecord>,
-    /// By `seq`.
-    pub templates: Vec<Template>,
+    pub nodes: Fleet,
+    pub templates: Announcements,
     /// By `link_id`, tombstones included.
     pub links: Vec<Link>,
-    /// Route id to its source node: all a derivation needs of a stored
-    /// route. Hashed: a derivation looks every desired route up here.
-    pub routes: HashMap<String, String>,
+    pub routes: StoredRoutes,
 }
 
 impl Rows {
@@ -58,16 +61,48 @@ impl Rows {
             store.list_routes()
         )?;
         Ok(Self {
-            nodes,
-            templates,
+            nodes: Fleet::new(nodes),
+            templates: Announcements::new(templates),
             links,
-            routes: route_sources(routes),
+            routes: StoredRoutes::new(&routes),
         })
     }
 }
 
-fn route_sources(routes: Vec<Route>) -> HashMap<String, String> {
-    routes.into_iter().map(|r| (r.id, r.source_node)).collect()
+/// What changed since the last derivation, which the next one must look
+/// at; a derivation of the rest would change nothing (derivation is
+/// idempotent). Nodes and links name what they touch: the groups of a
+/// node's old and new record, the names of its old and new announcements,
+/// the pair of a link's old and new version.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Dirty {
+    /// Everything: the rows were read afresh, or the topology moved.
+    pub full: bool,
+    pub nodes: BTreeSet<String>,
+    pub groups: BTreeSet<String>,
+    /// `(a, b)`, `a < b`.
+    pub pairs: BTreeSet<(String, String)>,
+    pub names: BTreeSet<Name>,
+}
+
+impl Dirty {
+    /// Nothing changed, not even partly.
+    pub fn is_empty(&self) -> bool {
+        !self.full
+            && self.nodes.is_empty()
+            && self.groups.is_empty()
+            && self.pairs.is_empty()
+            && self.names.is_empty()
+    }
+}
+
+/// The topology of the last derivation and what it was resolved from.
+struct Resolved {
+    active: BTreeSet<String>,
+    segments: Vec<Segment>,
+    graphs: Vec<SegmentGraph>,
+    /// The trees grown on them.
+    trees: Trees,
 }
 
 pub struct WorkingState {
@@ -78,6 +113,13 @@ pub struct WorkingState {
     /// them (a consumed claim, dropped announcements).
     stale: BTreeSet<String>,
     link_writes: Arc<LinkWrites>,
+    dirty: Dirty,
+    /// Nodes that time alone will judge anew, by when (see
+    /// [`judged_again_at`]); the deadlines up to `derived_at` were taken.
+    timed: BTreeSet<(i64, String)>,
+    deadline_of: HashMap<String, i64>,
+    derived_at: Option<i64>,
+    resolved: Option<Resolved>,
 }
 
 impl WorkingState {
@@ -87,6 +129,11 @@ impl WorkingState {
             clock: DbClock::default(),
             stale: BTreeSet::new(),
             link_writes,
+            dirty: Dirty::default(),
+            timed: BTreeSet::new(),
+            deadline_of: HashMap::new(),
+            derived_at: None,
+            resolved: None,
         }
     }
 
@@ -95,12 +142,16 @@ impl WorkingState {
         self.rows = None;
         self.clock.forget();
         self.stale.clear();
+        self.resolved = None;
+        self.timed.clear();
+        self.deadline_of.clear();
     }
 
     /// The database's time in Unix seconds, never ahead of it (see
-    /// [`DbClock`]).
+    /// [`DbClock`]) and never behind the last derivation's.
     pub async fn now(&mut self, store: &dyn Store) -> Result<i64, StoreError> {
-        self.clock.now(store).await
+        let now = self.clock.now(store).await?;
+        Ok(self.derived_at.map_or(now, |t| now.max(t)))
     }
 
     /// The rows, as of the last [`Self::refresh`].
@@ -108,35 +159,36 @@ impl WorkingState {
         self.rows.as_ref()
     }
 
+    /// What the next derivation must look at.
+    pub fn dirty(&self) -> &Dirty {
+        &self.dirty
+    }
+
     /// Brings the rows up to date for a batch that signalled `nodes`.
     /// Nothing is kept of a refresh that failed.
     pub async fn refresh(&mut self, store: &dyn Store, nodes: &[String]) -> Result<(), StoreError> {
         let written = self.link_writes.take();
-        let Some(rows) = self.rows.as_mut() else {
+        if self.rows.is_none() {
             self.stale.clear();
-            self.rows = Some(Rows::load(store).await?);
+            let rows = Rows::load(store).await?;
+            self.loaded(rows);
             return Ok(());
-        };
+        }
         let mut ids = std::mem::take(&mut self.stale);
         ids.extend(nodes.iter().filter(|n| !n.is_empty()).cloned());
         let ids: Vec<String> = ids.into_iter().collect();
-        let read = async {
-            if ids.is_empty() && written.is_empty() {
-                return Ok((Vec::new(), Vec::new(), Vec::new()));
-            }
-            tokio::try_join!(
-                store.get_nodes(&ids),
-                store.templates_of(&ids),
-                store.get_links(&written)
-            )
-        };
-        match read.await {
+        if ids.is_empty() && written.is_empty() {
+            return Ok(());
+        }
+        let read = tokio::try_join!(
+            store.get_nodes(&ids),
+            store.templates_of(&ids),
+            store.get_links(&written)
+        );
+        match read {
             Ok((fresh_nodes, fresh_templates, fresh_links)) => {
-                merge_by(&mut rows.nodes, &ids, fresh_nodes, |n| n.id.as_str());
-                merge_templates(&mut rows.templates, &ids, fresh_templates);
-                merge_by(&mut rows.links, &written, fresh_links, |l| {
-                    l.link_id.as_str()
-                });
+                self.merge_nodes(&ids, fresh_nodes, fresh_templates);
+                self.merge_links(&written, fresh_links);
                 Ok(())
             }
             Err(e) => {
@@ -144,6 +196,166 @@ impl WorkingState {
                 Err(e)
             }
         }
+    }
+
+    fn loaded(&mut self, rows: Rows) {
+        self.timed.clear();
+        self.deadline_of.clear();
+        let nodes: Vec<String> = rows.nodes.iter().map(|n| n.id.clone()).collect();
+        self.rows = Some(rows);
+        nodes.iter().for_each(|n| self.judge_time(n));
+        self.dirty.full = true;
+    }
+
+    /// Replaces the records and templates of `ids` with `fresh` ones.
+    fn merge_nodes(&mut self, ids: &[String], fresh: Vec<NodeRecord>, templates: Vec<Template>) {
+        let Some(rows) = self.rows.as_mut() else {
+            return;
+        };
+        let mut fresh_templates: HashMap<String, Vec<Template>> = HashMap::new();
+        for t in templates {
+            fresh_templates.entry(t.node.clone()).or_default().push(t);
+        }
+        let mut fresh: HashMap<String, _> = fresh.into_iter().map(|n| (n.id.clone(), n)).collect();
+        for id in ids {
+            let old = rows.nodes.remove(id);
+            let new = fresh.remove(id);
+            let groups = [&old, &new]
+                .into_iter()
+                .flatten()
+                .filter_map(|n| n.group.clone());
+            self.dirty.groups.extend(groups);
+            if let Some(n) = new {
+                rows.nodes.upsert(n);
+            }
+            let announced = fresh_templates.remove(id).unwrap_or_default();
+            self.dirty
+                .names
+                .extend(rows.templates.replace(id, announced));
+            self.dirty.nodes.insert(id.clone());
+        }
+        ids.iter().for_each(|id| self.judge_time(id));
+    }
+
+    /// Replaces the links named in `ids` with their `fresh` versions.
+    fn merge_links(&mut self, ids: &[String], fresh: Vec<Link>) {
+        let Some(rows) = self.rows.as_mut() else {
+            return;
+        };
+        let asked: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
+        for l in rows
+            .links
+            .iter()
+            .filter(|l| asked.contains(l.link_id.as_str()))
+        {
+            self.dirty
+                .pairs
+                .insert(edge(&l.source_group, &l.dest_group));
+        }
+        rows.links.retain(|l| !asked.contains(l.link_id.as_str()));
+        for l in fresh {
+            self.dirty
+                .pairs
+                .insert(edge(&l.source_group, &l.dest_group));
+            upsert_by(&mut rows.links, l, |x| x.link_id.as_str());
+        }
+    }
+
+    /// Notes when time alone will judge `node` anew, if it will.
+    fn judge_time(&mut self, node: &str) {
+        if let Some(at) = self.deadline_of.remove(node) {
+            self.timed.remove(&(at, node.to_string()));
+        }
+        let Some(rows) = self.rows.as_ref() else {
+            return;
+        };
+        let Some(record) = rows.nodes.get(node) else {
+            return;
+        };
+        let generations = rows.templates.of(node).iter().map(|t| t.generation);
+        if let Some(at) = judged_again_at(record, generations) {
+            self.timed.insert((at, node.to_string()));
+            self.deadline_of.insert(node.to_string(), at);
+        }
+    }
+
+    /// Makes ready for a derivation at `now` on the topology of `mode`
+    /// and `segments`: the nodes whose deadlines passed are dirty, and a
+    /// topology other than the last one's makes everything dirty. Returns
+    /// the topology's graphs.
+    pub fn prepare(
+        &mut self,
+        mode: &crate::config::TopologyConfig,
+        segments: Vec<Segment>,
+        now: i64,
+    ) -> Result<&[SegmentGraph], StoreError> {
+        let rows = self.rows.as_ref().ok_or_else(not_loaded)?;
+        let due: Vec<(i64, String)> = self
+            .timed
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .cloned()
+            .collect();
+        for (at, node) in due {
+            self.timed.remove(&(at, node.clone()));
+            self.deadline_of.remove(&node);
+            let names = rows.templates.of(&node).iter().map(|t| t.name.clone());
+            self.dirty.names.extend(names);
+            self.dirty
+                .groups
+                .extend(rows.nodes.get(&node).and_then(|n| n.group.clone()));
+            self.dirty.nodes.insert(node);
+        }
+        let active = rows.nodes.active_groups(now);
+        let same = self
+            .resolved
+            .as_ref()
+            .is_some_and(|r| r.active == active && r.segments == segments);
+        if !same {
+            let groups = &active;
+            let graphs = crate::routing::topology::resolve(mode, &segments, groups);
+            self.dirty.full |= self
+                .resolved
+                .as_ref()
+                .is_none_or(|r| r.graphs != graphs || r.active != active);
+            self.resolved = Some(Resolved {
+                active,
+                segments,
+                graphs,
+                trees: Trees::default(),
+            });
+        }
+        Ok(self.resolved.as_ref().map_or(&[], |r| r.graphs.as_slice()))
+    }
+
+    /// The active groups the last [`Self::prepare`] found.
+    pub fn active(&self) -> Option<&BTreeSet<String>> {
+        self.resolved.as_ref().map(|r| &r.active)
+    }
+
+    /// The graphs the last [`Self::prepare`] resolved.
+    pub fn graphs(&self) -> &[SegmentGraph] {
+        self.resolved.as_ref().map_or(&[], |r| r.graphs.as_slice())
+    }
+
+    /// The trees grown on the last [`Self::prepare`]'s topology.
+    pub fn trees(&self) -> Option<&Trees> {
+        self.resolved.as_ref().map(|r| &r.trees)
+    }
+
+    /// Seconds from `now` until the first deadline after it.
+    pub fn next_deadline(&self, now: i64) -> Option<i64> {
+        let next = self
+            .timed
+            .range((now.saturating_add(1), String::new())..)
+            .next();
+        next.map(|(at, _)| at - now)
+    }
+
+    /// A derivation at `now` was planned and written: nothing is dirty.
+    pub fn derived(&mut self, now: i64) {
+        self.dirty = Dirty::default();
+        self.derived_at = Some(now);
     }
 
     /// Marks `node` as changed by this leader: re-read at the next refresh.
@@ -182,7 +394,7 @@ impl WorkingState {
         let retired = changes.retire_links.iter().map(|r| &r.link_id);
         self.link_writes.wrote(retired);
         for r in &changes.put_routes {
-            rows.routes.insert(r.id.clone(), r.source_node.clone());
+            rows.routes.insert(r);
         }
         for id in &changes.delete_routes {
             rows.routes.remove(id);
@@ -193,27 +405,8 @@ impl WorkingState {
     }
 }
 
-/// Replaces the rows keyed by `ids` with `fresh` (those of `ids` that
-/// exist), keeping `sorted` ordered by `key`.
-fn merge_by<T>(sorted: &mut Vec<T>, ids: &[String], fresh: Vec<T>, key: impl Fn(&T) -> &str) {
-    if ids.is_empty() {
-        return;
-    }
-    let asked: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
-    sorted.retain(|x| !asked.contains(key(x)));
-    for x in fresh {
-        upsert_by(sorted, x, &key);
-    }
-}
-
-fn merge_templates(templates: &mut Vec<Template>, nodes: &[String], fresh: Vec<Template>) {
-    if nodes.is_empty() {
-        return;
-    }
-    let asked: BTreeSet<&str> = nodes.iter().map(String::as_str).collect();
-    templates.retain(|t| !asked.contains(t.node.as_str()));
-    templates.extend(fresh);
-    templates.sort_by_key(|t| t.seq);
+fn not_loaded() -> StoreError {
+    StoreError::Unavailable("the leader's working state was not loaded".into())
 }
 
 /// Puts `item` in its place in `sorted` (ordered by `key`), replacing one

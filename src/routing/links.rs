@@ -18,27 +18,15 @@
 //! destination claims it again, whoever planned it before.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::cell::OnceCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+use super::fleet::{Fleet, crash_grace_left, holds_links};
 use super::gateway;
 use super::linkconfig;
 use super::topology::{SegmentGraph, may_link};
 use crate::store::Retire;
-use crate::store::model::{Claim, DepartureKind, Link, LinkStatus, NodeRecord, edge_ref};
-
-/// The ready nodes of one group, sorted by id.
-pub type Members<'a> = BTreeMap<String, Vec<&'a NodeRecord>>;
-
-/// Groups with at least one node whose session is ready.
-pub fn members(nodes: &[NodeRecord]) -> Members<'_> {
-    let mut out: Members<'_> = BTreeMap::new();
-    for n in nodes.iter().filter(|n| n.ready_session().is_some()) {
-        if let Some(g) = &n.group {
-            out.entry(g.clone()).or_default().push(n);
-        }
-    }
-    out
-}
+use crate::store::model::{Claim, Link, LinkStatus, NodeRecord, edge_ref};
 
 /// How long a node that vanished without a goodbye keeps its links: a
 /// node that only re-opened its control stream is back within this time
@@ -62,29 +50,32 @@ pub fn grace_left(now: i64, since: i64) -> Option<i64> {
 /// [`grace_left`]). Also returns when the earliest grace ends, in seconds
 /// from `now`.
 pub fn holding(nodes: &[NodeRecord], now: i64) -> (BTreeSet<&str>, Option<i64>) {
-    let mut held = BTreeSet::new();
-    let mut recheck: Option<i64> = None;
-    for n in nodes {
-        let crashed = n.departure.is_some_and(|d| d.kind == DepartureKind::Crash);
-        if n.session.is_some() {
-            held.insert(n.id.as_str());
-        } else if crashed && let Some(left) = grace_left(now, n.updated_at) {
-            held.insert(n.id.as_str());
-            recheck = Some(recheck.map_or(left, |r| r.min(left)));
-        }
-    }
-    (held, recheck)
+    let held = nodes.iter().filter(|n| holds_links(n, now));
+    let recheck = nodes.iter().filter_map(|n| crash_grace_left(n, now)).min();
+    (held.map(|n| n.id.as_str()).collect(), recheck)
 }
 
 /// Groups with a node that holds links (see [`holding`]): the groups `*`
 /// and `$group` stand for.
 pub fn active_groups(nodes: &[NodeRecord], now: i64) -> BTreeSet<String> {
-    let (held, _) = holding(nodes, now);
     nodes
         .iter()
-        .filter(|n| held.contains(n.id.as_str()))
+        .filter(|n| holds_links(n, now))
         .filter_map(|n| n.group.clone())
         .collect()
+}
+
+/// Which group pairs a plan looks at. A pair it does not look at keeps
+/// its stored links as they are: the leader asks only for the pairs its
+/// facts changed, since a plan of an unchanged pair changes nothing.
+#[derive(Debug, Clone, Copy)]
+pub enum LinkScope<'a> {
+    All,
+    /// Every pair with a group of `groups`, and `pairs` (`(a, b)`, `a < b`).
+    Some {
+        groups: &'a BTreeSet<String>,
+        pairs: &'a BTreeSet<(String, String)>,
+    },
 }
 
 /// What to change. `'s` is the stored links' lifetime: a link the plan
@@ -102,32 +93,41 @@ pub struct LinkPlan<'s> {
     pub consumed_claims: Vec<(String, String)>,
     /// Allowed pairs that cannot link: neither group has an external endpoint.
     pub unlinkable: Vec<(String, String)>,
-    /// Every live (not deleted) link after the plan.
+    /// Every live (not deleted) link after the plan, in no order.
     pub live: Vec<Cow<'s, Link>>,
+    /// The pairs planned, `(a, b)` with `a < b`: only their links can
+    /// have changed.
+    pub planned: BTreeSet<(String, String)>,
     /// Plan again after this many seconds: a departed node's grace ends.
     pub recheck_in: Option<i64>,
 }
 
 /// Where a link may point and who may claim it.
-struct Group<'a> {
-    name: &'a str,
-    nodes: &'a [&'a NodeRecord],
+struct Group<'c, 'a> {
+    name: &'c str,
+    ctx: &'c Ctx<'a>,
 }
 
-impl<'a> Group<'a> {
+impl<'c, 'a> Group<'c, 'a> {
+    /// The group's ready members, by id.
+    fn nodes(&self) -> &'c [&'a NodeRecord] {
+        self.ctx.ready(self.name)
+    }
+
     /// Whether `id` is a node of this group that still holds its links.
-    fn holds(&self, id: &str, ctx: &Ctx<'_>) -> bool {
-        ctx.holding.contains(id) && ctx.group_of(id) == Some(self.name)
+    fn holds(&self, id: &str) -> bool {
+        let n = self.ctx.fleet.get(id);
+        n.is_some_and(|n| n.group.as_deref() == Some(self.name) && holds_links(n, self.ctx.now))
     }
 
     /// The external endpoint of the ready member `id`; `None` if `id` is
     /// not a ready member, `Some(None)` if it has no external endpoint.
     fn endpoint_of(&self, id: &str) -> Option<Option<&'a str>> {
-        self.nodes.iter().find(|n| n.id == id).map(|n| external(n))
+        self.ctx.ready_member(self.name, id).map(external)
     }
 
-    fn with_external(&self) -> impl Iterator<Item = (&'a str, &'a str)> + '_ {
-        self.nodes
+    fn with_external(&self) -> impl Iterator<Item = (&'a str, &'a str)> + 'c {
+        self.nodes()
             .iter()
             .filter_map(|n| external(n).map(|e| (n.id.as_str(), e)))
     }
@@ -138,7 +138,7 @@ impl<'a> Group<'a> {
 
     /// The member holding a connection of `link_id` towards it.
     fn claimant(&self, link_id: &str) -> Option<&'a NodeRecord> {
-        self.nodes
+        self.nodes()
             .iter()
             .copied()
             .find(|n| holds_incoming(n, link_id))
@@ -158,7 +158,8 @@ fn holds_incoming(n: &NodeRecord, link_id: &str) -> bool {
             .any(|c| c.incoming && c.link_id == link_id)
 }
 
-/// Plans the links. `new_id` mints link ids; `now` stamps changed links.
+/// Plans the links of every pair. `new_id` mints link ids; `now` stamps
+/// changed links.
 pub fn plan<'s>(
     nodes: &[NodeRecord],
     stored: &'s [Link],
@@ -166,52 +167,66 @@ pub fn plan<'s>(
     now: i64,
     new_id: &mut dyn FnMut() -> String,
 ) -> LinkPlan<'s> {
-    let members = members(nodes);
-    let (holding, recheck_in) = holding(nodes, now);
-    let ctx = Ctx {
-        members: &members,
-        holding,
-        nodes: nodes.iter().map(|n| (n.id.as_str(), n)).collect(),
-        now,
-    };
-    let mut out = LinkPlan {
-        recheck_in,
-        ..LinkPlan::default()
-    };
-    let mut gateways = Gateways::stored(&ctx, stored);
+    let fleet = Fleet::new(nodes.iter().cloned());
+    let active = fleet.active_groups(now);
+    let mut out = plan_in(&fleet, &active, stored, graphs, now, LinkScope::All, new_id);
+    out.recheck_in = holding(nodes, now).1;
+    out
+}
+
+/// Plans the links of the pairs `scope` names, among the `active` groups
+/// (see [`Fleet::active_groups`]); the other pairs' live links are in
+/// [`LinkPlan::live`] as stored. Leaves [`LinkPlan::recheck_in`] to the
+/// caller, who knows when graces end without walking the fleet.
+pub fn plan_in<'s>(
+    fleet: &Fleet,
+    active: &BTreeSet<String>,
+    stored: &'s [Link],
+    graphs: &[SegmentGraph],
+    now: i64,
+    scope: LinkScope<'_>,
+    new_id: &mut dyn FnMut() -> String,
+) -> LinkPlan<'s> {
+    let ctx = Ctx::new(fleet, now);
+    let mut out = LinkPlan::default();
+    let mut gateways = Gateways::new(stored);
     let mut by_pair: HashMap<(&str, &str), Vec<&Link>> = HashMap::new();
+    let covers = covering(scope);
     for l in stored {
         if l.deleted {
-            if !ctx.holding.contains(l.source_node.as_str()) {
+            if !fleet.holds_links(&l.source_node, now) {
                 out.hard_deletes.push(ctx.retire(l));
             }
             continue;
         }
-        by_pair
-            .entry(edge_ref(&l.source_group, &l.dest_group))
-            .or_default()
-            .push(l);
+        let pair = edge_ref(&l.source_group, &l.dest_group);
+        match covers(pair) {
+            true => by_pair.entry(pair).or_default().push(l),
+            // The topology is the last plan's (or everything is planned),
+            // which left only allowed pairs linked.
+            false => out.live.push(Cow::Borrowed(l)),
+        }
     }
     // Groups whose nodes hold links, ready or within their grace: a group
     // whose only node is reconnecting keeps its links.
-    let groups: Vec<&str> = ctx
-        .holding
-        .iter()
-        .filter_map(|id| ctx.group_of(id))
-        .collect::<BTreeSet<&str>>()
-        .into_iter()
-        .collect();
-    for (i, a) in groups.iter().enumerate() {
-        for b in &groups[i + 1..] {
-            if !may_link(graphs, a, b) {
-                continue;
-            }
-            let existing = by_pair.remove(&edge_ref(a, b)).unwrap_or_default();
-            plan_pair(&ctx, (a, b), existing, &mut gateways, new_id, &mut out);
+    let allowed =
+        |a: &str, b: &str| active.contains(a) && active.contains(b) && may_link(graphs, a, b);
+    for (a, b) in pairs_in(active, scope) {
+        if !allowed(a, b) {
+            continue;
         }
+        out.planned.insert((a.to_string(), b.to_string()));
+        let existing = by_pair.remove(&(a, b)).unwrap_or_default();
+        plan_pair(&ctx, (a, b), existing, &mut gateways, new_id, &mut out);
     }
     // Whatever is left is a pair no longer allowed, or a group now empty.
-    let mut leftovers: Vec<&Link> = by_pair.into_values().flatten().collect();
+    let mut leftovers: Vec<&Link> = Vec::new();
+    for ((a, b), links) in by_pair {
+        match allowed(a, b) {
+            true => out.live.extend(links.into_iter().map(Cow::Borrowed)),
+            false => leftovers.extend(links),
+        }
+    }
     leftovers.sort_by(|x, y| x.link_id.cmp(&y.link_id));
     for l in leftovers {
         tombstone(
@@ -224,30 +239,81 @@ pub fn plan<'s>(
     out
 }
 
+/// Whether `scope` covers a pair `(a, b)` (`a < b`).
+fn covering<'a>(scope: LinkScope<'a>) -> impl Fn((&str, &str)) -> bool + 'a {
+    let (groups, pairs) = match scope {
+        LinkScope::All => (None, HashSet::new()),
+        LinkScope::Some { groups, pairs } => {
+            let pairs: HashSet<(&str, &str)> = pairs.iter().map(|(a, b)| edge_ref(a, b)).collect();
+            (Some(groups), pairs)
+        }
+    };
+    move |(a, b)| groups.is_none_or(|g| g.contains(a) || g.contains(b)) || pairs.contains(&(a, b))
+}
+
+/// The pairs `scope` names among the `active` groups, `(a, b)` with
+/// `a < b`, in order.
+fn pairs_in<'a>(
+    active: &'a BTreeSet<String>,
+    scope: LinkScope<'a>,
+) -> BTreeSet<(&'a str, &'a str)> {
+    let mut out = BTreeSet::new();
+    let (groups, pairs) = match scope {
+        LinkScope::Some { groups, pairs } => (groups, pairs),
+        LinkScope::All => {
+            let all: Vec<&str> = active.iter().map(String::as_str).collect();
+            for (i, a) in all.iter().enumerate() {
+                out.extend(all[i + 1..].iter().map(|b| (*a, *b)));
+            }
+            return out;
+        }
+    };
+    for g in groups.iter().filter(|g| active.contains(*g)) {
+        let others = active.iter().filter(|h| *h != g);
+        out.extend(others.map(|h| edge_ref(g, h)));
+    }
+    out.extend(pairs.iter().map(|(a, b)| edge_ref(a, b)));
+    out
+}
+
 /// What planning one pair needs to know.
 struct Ctx<'a> {
-    members: &'a Members<'a>,
-    holding: BTreeSet<&'a str>,
-    nodes: HashMap<&'a str, &'a NodeRecord>,
+    fleet: &'a Fleet,
+    /// Each group's ready members, by id, found when first asked for.
+    ready: HashMap<&'a str, OnceCell<Vec<&'a NodeRecord>>>,
     now: i64,
 }
 
 impl<'a> Ctx<'a> {
-    fn group(&self, name: &'a str) -> Group<'a> {
-        let empty: &[&NodeRecord] = &[];
-        Group {
-            name,
-            nodes: self.members.get(name).map_or(empty, Vec::as_slice),
-        }
+    fn new(fleet: &'a Fleet, now: i64) -> Self {
+        let ready = fleet.group_names().map(|g| (g, OnceCell::new())).collect();
+        Ctx { fleet, ready, now }
     }
 
-    fn group_of(&self, id: &str) -> Option<&'a str> {
-        self.nodes.get(id)?.group.as_deref()
+    fn group<'c>(&'c self, name: &'c str) -> Group<'c, 'a> {
+        Group { name, ctx: self }
     }
 
-    /// The first ready member of `group` that `pred` accepts.
-    fn ready_in(&self, group: &str, pred: impl Fn(&NodeRecord) -> bool) -> Option<&'a NodeRecord> {
-        self.members.get(group)?.iter().copied().find(|n| pred(n))
+    /// The ready members of `group`, by id.
+    fn ready(&self, group: &str) -> &[&'a NodeRecord] {
+        let Some(cell) = self.ready.get(group) else {
+            return &[];
+        };
+        cell.get_or_init(|| {
+            let members = self.fleet.group(group);
+            members.filter(|n| n.ready_session().is_some()).collect()
+        })
+    }
+
+    /// `id`, if it is a ready member of `group`.
+    fn ready_member(&self, group: &str, id: &str) -> Option<&'a NodeRecord> {
+        let n = self.fleet.get(id)?;
+        let member = n.group.as_deref() == Some(group) && n.ready_session().is_some();
+        member.then_some(n)
+    }
+
+    fn generation(&self, id: &str) -> u64 {
+        self.fleet.get(id).map_or(0, |n| n.generation)
     }
 
     /// A guarded delete of `l`, for a source that left.
@@ -255,10 +321,7 @@ impl<'a> Ctx<'a> {
         Retire {
             link_id: l.link_id.clone(),
             source: l.source_node.clone(),
-            source_generation: self
-                .nodes
-                .get(l.source_node.as_str())
-                .map_or(0, |n| n.generation),
+            source_generation: self.generation(&l.source_node),
         }
     }
 
@@ -266,10 +329,9 @@ impl<'a> Ctx<'a> {
     /// session each has started (the ended one, for a node within its
     /// grace, so that its return counts as newer).
     fn claim_now(&self, source: &str, dest: &str) -> Claim {
-        let generation = |id: &str| self.nodes.get(id).map_or(0, |n| n.generation);
         Claim {
-            source_generation: generation(source),
-            dest_generation: generation(dest),
+            source_generation: self.generation(source),
+            dest_generation: self.generation(dest),
         }
     }
 
@@ -278,7 +340,7 @@ impl<'a> Ctx<'a> {
     /// (within its grace) has started nothing newer.
     fn claim_current(&self, link: &Link) -> bool {
         let newer = |id: &str, claimed: u64| {
-            let session = self.nodes.get(id).and_then(|n| n.session.as_ref());
+            let session = self.fleet.get(id).and_then(|n| n.session.as_ref());
             session.is_some_and(|s| s.generation > claimed)
         };
         match (link.claim, link.dest_node.as_deref()) {
@@ -291,7 +353,7 @@ impl<'a> Ctx<'a> {
 }
 
 fn tombstone(l: &Link, why: &str, ctx: &Ctx<'_>, out: &mut LinkPlan<'_>) {
-    if ctx.holding.contains(l.source_node.as_str()) {
+    if ctx.fleet.holds_links(&l.source_node, ctx.now) {
         let mut dead = l.clone();
         dead.deleted = true;
         dead.status_msg = why.to_string();
@@ -306,7 +368,7 @@ fn plan_pair<'a, 's>(
     ctx: &Ctx<'a>,
     (a, b): (&'a str, &'a str),
     mut existing: Vec<&'s Link>,
-    gateways: &mut Gateways,
+    gateways: &mut Gateways<'_>,
     new_id: &mut dyn FnMut() -> String,
     out: &mut LinkPlan<'s>,
 ) {
@@ -335,17 +397,17 @@ const DEPARTED: &str = "its destination departed";
 fn revise<'s>(
     ctx: &Ctx<'_>,
     l: &'s Link,
-    gateways: &mut Gateways,
+    gateways: &mut Gateways<'_>,
     out: &mut LinkPlan<'_>,
 ) -> Result<Cow<'s, Link>, String> {
     let (src, dst) = (ctx.group(&l.source_group), ctx.group(&l.dest_group));
-    if let Some(why) = destination_lost(ctx, &dst, l) {
+    if let Some(why) = destination_lost(&dst, l) {
         return Err(why);
     }
     // Borrowed until something changes: most links of a derivation stay
     // as they are, and copying every one cost more than the planning.
     let mut link = Cow::Borrowed(l);
-    let changed = if src.holds(&l.source_node, ctx) {
+    let changed = if src.holds(&l.source_node) {
         settle_claim(ctx, &dst, &mut link, out)
     } else {
         move_source(&src, &dst, link.to_mut(), gateways, out)?;
@@ -379,11 +441,11 @@ fn refresh_config(link: &mut Cow<'_, Link>) -> bool {
 /// still registering (or within its grace) is left alone until it is
 /// ready: only then is it a candidate for the recreated link, so the
 /// recreation points at it again rather than at a sibling.
-fn destination_lost(ctx: &Ctx<'_>, dst: &Group<'_>, l: &Link) -> Option<String> {
+fn destination_lost(dst: &Group<'_, '_>, l: &Link) -> Option<String> {
     let Some(d) = l.dest_node.as_deref() else {
         return (!dst.serves(&l.dest_endpoint)).then(|| DEPARTED.to_string());
     };
-    if !dst.holds(d, ctx) {
+    if !dst.holds(d) {
         return Some(DEPARTED.to_string());
     }
     match dst.endpoint_of(d)? {
@@ -395,19 +457,19 @@ fn destination_lost(ctx: &Ctx<'_>, dst: &Group<'_>, l: &Link) -> Option<String> 
 
 /// Moves the link of a departed source to a sibling in its group.
 fn move_source(
-    src: &Group<'_>,
-    dst: &Group<'_>,
+    src: &Group<'_, '_>,
+    dst: &Group<'_, '_>,
     link: &mut Link,
-    gateways: &mut Gateways,
+    gateways: &mut Gateways<'_>,
     out: &mut LinkPlan<'_>,
 ) -> Result<(), String> {
     let sibling = gateways
-        .pick(src.name, src.nodes.iter().map(|n| n.id.as_str()))
+        .pick(src.ctx, src.name, src.nodes().iter().map(|n| n.id.as_str()))
         .ok_or("its source departed and no sibling is ready")?;
     // The old connection's claim must not claim the moved link: only the
     // new source's connection may.
     for n in dst
-        .nodes
+        .nodes()
         .iter()
         .filter(|n| holds_incoming(n, &link.link_id))
     {
@@ -430,15 +492,14 @@ fn move_source(
 /// them) until it reports the connection again.
 fn settle_claim(
     ctx: &Ctx<'_>,
-    dst: &Group<'_>,
+    dst: &Group<'_, '_>,
     link: &mut Cow<'_, Link>,
     out: &mut LinkPlan<'_>,
 ) -> bool {
     let claimant = match link.dest_node.as_deref() {
         Some(d) => ctx
-            .nodes
+            .fleet
             .get(d)
-            .copied()
             .filter(|n| holds_incoming(n, &link.link_id)),
         None => dst.claimant(&link.link_id),
     };
@@ -478,14 +539,14 @@ fn settle_claim(
 fn create<'a>(
     ctx: &Ctx<'a>,
     (a, b): (&'a str, &'a str),
-    gateways: &mut Gateways,
+    gateways: &mut Gateways<'_>,
     new_id: &mut dyn FnMut() -> String,
     out: &mut LinkPlan<'_>,
 ) -> Option<Link> {
     let group = |g: &'a str| ctx.group(g);
     // A group whose nodes are all still registering (or within their
     // grace) has nobody to link yet; that is not a missing endpoint.
-    if group(a).nodes.is_empty() || group(b).nodes.is_empty() {
+    if group(a).nodes().is_empty() || group(b).nodes().is_empty() {
         return None;
     }
     let (src_group, dst_group) = if group(b).with_external().next().is_some() {
@@ -498,11 +559,12 @@ fn create<'a>(
     };
     let dst = group(dst_group);
     let targets: BTreeMap<&str, &str> = dst.with_external().collect();
-    let target = gateways.pick(dst_group, targets.keys().copied())?;
+    let target = gateways.pick(ctx, dst_group, targets.keys().copied())?;
     let endpoint = targets.get(target)?.to_string();
     let source = gateways.pick(
+        ctx,
         src_group,
-        group(src_group).nodes.iter().map(|n| n.id.as_str()),
+        group(src_group).nodes().iter().map(|n| n.id.as_str()),
     )?;
     let link_id = new_id();
     let link = Link {
@@ -531,50 +593,69 @@ fn create<'a>(
 /// over many gateways and those planned while few were over few, and the
 /// same fleet cost up to seven times the commands depending on how its
 /// registrations raced the first derivation (issue 12).
-struct Gateways(HashMap<String, String>);
+struct Gateways<'s> {
+    stored: &'s [Link],
+    /// Found when first asked for: most plans create and move nothing.
+    chosen: Option<HashMap<String, String>>,
+}
 
-impl Gateways {
-    /// The gateways the stored live links use: per group, the ready node at
-    /// either end of its links (the rendezvous choice among several).
-    fn stored(ctx: &Ctx<'_>, stored: &[Link]) -> Gateways {
-        let mut candidates: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-        for l in stored.iter().filter(|l| !l.deleted) {
-            let source = ctx.ready_in(&l.source_group, |n| n.id == l.source_node);
-            let dest = match l.dest_node.as_deref() {
-                Some(d) => ctx.ready_in(&l.dest_group, |n| n.id == d),
-                None => ctx.ready_in(&l.dest_group, |n| external(n) == Some(&l.dest_endpoint)),
-            };
-            for (g, n) in [(&l.source_group, source), (&l.dest_group, dest)] {
-                if let Some(n) = n {
-                    candidates.entry(g).or_default().insert(&n.id);
-                }
-            }
+impl<'s> Gateways<'s> {
+    fn new(stored: &'s [Link]) -> Self {
+        Gateways {
+            stored,
+            chosen: None,
         }
-        let chosen = candidates.into_iter().filter_map(|(g, ids)| {
-            let id = gateway::choose(g, ids.iter().copied())?;
-            Some((g.to_string(), id.to_string()))
-        });
-        Gateways(chosen.collect())
     }
 
     /// The gateway of `group` among `candidates`: the one it has if that is
     /// a candidate, else the rendezvous choice, which becomes the group's
     /// gateway if it had none.
-    fn pick<'n, I>(&mut self, group: &str, candidates: I) -> Option<&'n str>
+    fn pick<'n, I>(&mut self, ctx: &Ctx<'_>, group: &str, candidates: I) -> Option<&'n str>
     where
         I: Iterator<Item = &'n str> + Clone,
     {
-        let current = self.0.get(group);
+        let stored = self.stored;
+        let chosen = self
+            .chosen
+            .get_or_insert_with(|| stored_gateways(ctx, stored));
+        let current = chosen.get(group);
         if let Some(c) = candidates
             .clone()
             .find(|c| Some(*c) == current.map(String::as_str))
         {
             return Some(c);
         }
-        let chosen = gateway::choose(group, candidates)?;
-        self.0
+        let pick = gateway::choose(group, candidates)?;
+        chosen
             .entry(group.to_string())
-            .or_insert_with(|| chosen.to_string());
-        Some(chosen)
+            .or_insert_with(|| pick.to_string());
+        Some(pick)
     }
+}
+
+/// The gateways the stored live links use: per group, the ready node at
+/// either end of its links (the rendezvous choice among several).
+fn stored_gateways(ctx: &Ctx<'_>, stored: &[Link]) -> HashMap<String, String> {
+    let mut candidates: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for l in stored.iter().filter(|l| !l.deleted) {
+        let source = ctx.ready_member(&l.source_group, &l.source_node);
+        let dest = match l.dest_node.as_deref() {
+            Some(d) => ctx.ready_member(&l.dest_group, d),
+            None => ctx
+                .ready(&l.dest_group)
+                .iter()
+                .copied()
+                .find(|n| external(n) == Some(&l.dest_endpoint)),
+        };
+        for (g, n) in [(&l.source_group, source), (&l.dest_group, dest)] {
+            if let Some(n) = n {
+                candidates.entry(g).or_default().insert(&n.id);
+            }
+        }
+    }
+    let chosen = candidates.into_iter().filter_map(|(g, ids)| {
+        let id = gateway::choose(g, ids.iter().copied())?;
+        Some((g.to_string(), id.to_string()))
+    });
+    chosen.collect()
 }

@@ -4,10 +4,11 @@ use std::collections::BTreeSet;
 
 use super::links::{LinkPlan, active_groups, plan};
 use super::routes::{changes, expand};
+use super::stored::StoredRoutes;
 use super::topology::{SegmentGraph, resolve};
 use crate::config::{AdjacencyEntry, SegmentConfig, TopologyConfig};
 use crate::store::model::{
-    ConnectionDetail, Link, LinkStatus, Name, NodeRecord, ReplicaRef, Session, SessionState,
+    ConnectionDetail, Link, LinkStatus, Name, NodeRecord, ReplicaRef, Route, Session, SessionState,
     Template,
 };
 
@@ -348,16 +349,17 @@ fn route_changes_are_what_expansion_adds_and_drops() {
     let both = [mk_template("a/n1", 1), mk_template("d/n1", 2)];
     let desired = expand(&nodes, &m, &live, &both, &graphs, 0);
     // Stored: half of the desired routes, and one nobody wants any more.
-    let mut stored: std::collections::HashMap<String, String> = desired
-        .values()
-        .step_by(2)
-        .map(|r| (r.id.clone(), r.source_node.clone()))
-        .collect();
-    stored.insert("b/n1|old|org/ns/x/-".into(), "b/n1".into());
+    let mut kept: Vec<Route> = desired.values().step_by(2).cloned().collect();
+    let mut old = kept[0].clone();
+    old.id = "b/n1|old|org/ns/x/-".into();
+    old.source_node = "b/n1".into();
+    old.name = mk_name("x");
+    kept.push(old);
+    let stored = StoredRoutes::new(&kept);
     let c = changes(&nodes, &m, &live, &both, &graphs, &stored, 0);
     let missing: Vec<_> = desired
         .values()
-        .filter(|r| !stored.contains_key(&r.id))
+        .filter(|r| stored.get(&r.id).is_none())
         .cloned()
         .collect();
     assert_eq!(c.put, missing, "the desired routes not stored, by id");
