@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::signals::{Inbox, Signals};
-use crate::store::postgres::{FACTS_CHANNEL, PgConnector, RESYNC};
+use crate::store::postgres::{FACTS_CHANNEL, PgConnector, RESYNC, SEPARATOR};
 
 /// How often the listener checks that the server still answers.
 const PING: Duration = Duration::from_secs(5);
@@ -43,7 +43,10 @@ async fn listening(
         while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
             match message {
                 Ok(AsyncMessage::Notification(n)) if n.payload() == RESYNC => target.resync(),
-                Ok(AsyncMessage::Notification(n)) => target.node_changed(n.payload()),
+                Ok(AsyncMessage::Notification(n)) => n
+                    .payload()
+                    .split(SEPARATOR)
+                    .for_each(|node| target.node_changed(node)),
                 Ok(_) => {}
                 Err(_) => break,
             }

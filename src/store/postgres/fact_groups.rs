@@ -29,9 +29,15 @@ impl FactGroups {
     pub(super) fn spawn(tx: &Tx) -> Self {
         let (t0, t1, t2) = (tx.clone(), tx.clone(), tx.clone());
         Self {
-            begin: Group::spawn(move |calls| begin_sessions(t0.clone(), calls)),
-            ready: Group::spawn(move |calls| mark_ready(t1.clone(), calls)),
-            received: Group::spawn(move |calls| record_received(t2.clone(), calls)),
+            begin: Group::spawn(
+                move |calls| begin_sessions(t0.clone(), calls),
+                |(reg, _)| &reg.node_id,
+            ),
+            ready: Group::spawn(move |calls| mark_ready(t1.clone(), calls), |(n, _)| n),
+            received: Group::spawn(
+                move |calls| record_received(t2.clone(), calls),
+                |(n, _, _)| n,
+            ),
         }
     }
 }

@@ -10,6 +10,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -28,45 +29,70 @@ struct Waiting<Q, R> {
     reply: oneshot::Sender<Result<R, StoreError>>,
 }
 
-/// The queue of one kind of call, and the task writing it. Cheap to clone.
+/// The queues of one kind of call, and the tasks writing them. Cheap to
+/// clone.
 pub(super) struct Group<Q, R> {
-    queue: mpsc::UnboundedSender<Waiting<Q, R>>,
+    queues: Arc<[mpsc::UnboundedSender<Waiting<Q, R>>]>,
+    /// The node a call is about: one node's calls share a queue, so they
+    /// are written in call order.
+    key: fn(&Q) -> &str,
 }
 
 impl<Q, R> Clone for Group<Q, R> {
     fn clone(&self) -> Self {
         Self {
-            queue: self.queue.clone(),
+            queues: self.queues.clone(),
+            key: self.key,
         }
     }
 }
+
+/// Writers per kind of call: while one batch waits for its commit, the
+/// next fills and is written.
+pub(super) const WRITERS: usize = 2;
 
 impl<Q, R> Group<Q, R>
 where
     Q: Clone + Send + 'static,
     R: Send + 'static,
 {
-    /// Starts the writing task; `write` gets the batch in arrival order
-    /// and answers each call in the same order. The task ends with the
-    /// last clone.
-    pub(super) fn spawn<W>(write: W) -> Self
+    /// Starts the writing tasks; `write` gets a batch in arrival order and
+    /// answers each call in the same order. The tasks end with the last
+    /// clone.
+    pub(super) fn spawn<W>(write: W, key: fn(&Q) -> &str) -> Self
     where
         W: Fn(Vec<Q>) -> WriteFuture<R> + Send + Sync + 'static,
     {
-        let (queue, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(rx, write));
-        Self { queue }
+        let write = Arc::new(write);
+        let queues: Vec<_> = (0..WRITERS)
+            .map(|_| {
+                let (queue, rx) = mpsc::unbounded_channel();
+                let write = write.clone();
+                tokio::spawn(async move { run(rx, |calls| write(calls)).await });
+                queue
+            })
+            .collect();
+        Self {
+            queues: queues.into(),
+            key,
+        }
     }
 
     /// Writes `call` with whatever else is waiting; its own answer.
     pub(super) async fn call(&self, call: Q) -> Result<R, StoreError> {
         let (reply, answer) = oneshot::channel();
         let gone = || StoreError::Unavailable("the fact writer stopped".into());
-        self.queue
-            .send(Waiting { call, reply })
-            .map_err(|_| gone())?;
+        let queue = &self.queues[queue_of((self.key)(&call), self.queues.len())];
+        queue.send(Waiting { call, reply }).map_err(|_| gone())?;
         answer.await.map_err(|_| gone())?
     }
+}
+
+/// The queue of node `key` among `n`.
+fn queue_of(key: &str, n: usize) -> usize {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    let hash = BuildHasherDefault::<twox_hash::XxHash64>::default().hash_one(key);
+    usize::try_from(hash % u64::try_from(n.max(1)).unwrap_or(1)).unwrap_or(0)
 }
 
 async fn run<Q, R, W>(mut rx: mpsc::UnboundedReceiver<Waiting<Q, R>>, write: W)
@@ -133,19 +159,26 @@ mod tests {
     fn recording() -> (Group<u32, u32>, Log) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = seen.clone();
-        let group = Group::spawn(move |calls: Vec<u32>| {
-            let log = log.clone();
-            Box::pin(async move {
-                // A little work, so that calls pile up behind a batch.
-                tokio::task::yield_now().await;
-                log.lock().unwrap().push(calls.clone());
-                if calls.contains(&13) {
-                    return Err(StoreError::Rejected("13".into()));
-                }
-                Ok(calls.iter().map(|c| Ok(c * 2)).collect())
-            }) as WriteFuture<u32>
-        });
+        let group = Group::spawn(
+            move |calls: Vec<u32>| {
+                let log = log.clone();
+                Box::pin(async move {
+                    // A little work, so that calls pile up behind a batch.
+                    tokio::task::yield_now().await;
+                    log.lock().unwrap().push(calls.clone());
+                    if calls.contains(&13) {
+                        return Err(StoreError::Rejected("13".into()));
+                    }
+                    Ok(calls.iter().map(|c| Ok(c * 2)).collect())
+                }) as WriteFuture<u32>
+            },
+            parity,
+        );
         (group, seen)
+    }
+
+    fn parity(c: &u32) -> &str {
+        if c % 2 == 0 { "even" } else { "odd" }
     }
 
     /// Makes every call at once; their answers in call order.
@@ -177,6 +210,30 @@ mod tests {
         let batches = seen.lock().unwrap().clone();
         assert!(batches.len() < 50, "no call was grouped: {batches:?}");
         assert_eq!(batches.iter().map(Vec::len).sum::<usize>(), 50);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_nodes_calls_are_written_in_call_order() {
+        let (group, seen) = recording();
+        let mut answers = Vec::new();
+        // Sent one after another, so that their order is the call order.
+        let calls: Vec<_> = (0..60u32)
+            .filter(|c| *c != 13)
+            .map(|c| group.call(c))
+            .collect();
+        for a in calls {
+            answers.push(a.await);
+        }
+        assert!(answers.iter().all(Result::is_ok));
+        let written: Vec<u32> = seen.lock().unwrap().iter().flatten().copied().collect();
+        for key in ["even", "odd"] {
+            let mine: Vec<u32> = written
+                .iter()
+                .copied()
+                .filter(|c| parity(c) == key)
+                .collect();
+            assert!(mine.windows(2).all(|w| w[0] < w[1]), "{key}: {mine:?}");
+        }
     }
 
     #[tokio::test]

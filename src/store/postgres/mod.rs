@@ -40,7 +40,7 @@ use std::sync::Arc;
 
 use fact_groups::FactGroups;
 pub use metrics::{OpMetrics, PgMetrics};
-pub use notify::{FACTS_CHANNEL, RESYNC};
+pub use notify::{FACTS_CHANNEL, RESYNC, SEPARATOR};
 pub use pool::PgConnector;
 pub use replicas::{Counts, ExpiredReplica, LeadershipInfo, ReplicaInfo, age_heartbeat};
 pub use tls::RustlsStream;

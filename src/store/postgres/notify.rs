@@ -33,12 +33,14 @@ fn payload(node: &str) -> &str {
 }
 
 /// Wakes the leader for each of `nodes` when the transaction commits:
-/// one statement for all.
+/// their ids packed into as few notifications as fit (see [`pack`]), in
+/// one statement. A batch of facts then queues a few notifications, not
+/// one per node: every notifying commit takes the queue's lock.
 pub(super) async fn nodes_changed(db: &Db<'_>, nodes: &[&str]) -> Result<(), TxError> {
     if nodes.is_empty() {
         return Ok(());
     }
-    let payloads: Vec<&str> = nodes.iter().map(|n| payload(n)).collect();
+    let payloads = pack(nodes);
     execute(
         db,
         "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p",
@@ -48,6 +50,25 @@ pub(super) async fn nodes_changed(db: &Db<'_>, nodes: &[&str]) -> Result<(), TxE
     Ok(())
 }
 
+/// Node ids joined by newlines (never part of an id: control characters
+/// are refused at registration) into payloads under [`MAX_PAYLOAD`].
+fn pack(nodes: &[&str]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for id in nodes.iter().map(|n| payload(n)) {
+        match out.last_mut() {
+            Some(p) if p != RESYNC && id != RESYNC && p.len() + 1 + id.len() < MAX_PAYLOAD => {
+                p.push(SEPARATOR);
+                p.push_str(id);
+            }
+            _ => out.push(id.to_string()),
+        }
+    }
+    out
+}
+
+/// Separates the node ids of one payload.
+pub const SEPARATOR: char = '\n';
+
 /// Wakes the leader for a full resync when the transaction commits.
 pub(super) async fn resync(db: &Db<'_>) -> Result<(), TxError> {
     send(db, RESYNC).await
@@ -56,4 +77,27 @@ pub(super) async fn resync(db: &Db<'_>) -> Result<(), TxError> {
 async fn send(db: &Db<'_>, payload: &str) -> Result<(), TxError> {
     execute(db, "SELECT pg_notify($1, $2)", &[&FACTS_CHANNEL, &payload]).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_packed_under_the_payload_limit() {
+        let long = "n".repeat(3000);
+        let ids = ["a/n1", "b/n2", long.as_str(), long.as_str(), long.as_str()];
+        let packed = pack(&ids);
+        assert!(packed.iter().all(|p| p.len() < MAX_PAYLOAD));
+        let back: Vec<&str> = packed.iter().flat_map(|p| p.split(SEPARATOR)).collect();
+        assert_eq!(back, ids);
+        assert_eq!(packed.len(), 2);
+    }
+
+    #[test]
+    fn a_resync_stays_alone() {
+        let too_long = "x".repeat(MAX_PAYLOAD);
+        let packed = pack(&["a", too_long.as_str(), "b"]);
+        assert_eq!(packed, ["a", RESYNC, "b"]);
+    }
 }
