@@ -57,7 +57,11 @@ async fn mk_store(server: &TestServer, host: &str, db: &str, query: &str) -> PgS
     let store = PgStore::connect(&server.url(host, db, query), 2)
         .await
         .unwrap_or_else(|e| panic!("connecting over {query}: {e}"));
-    store.list_nodes().await.expect("a read through the pool");
+    // Not a whole-table read: its connection would be closed, not pooled.
+    store
+        .get_node("a/n1")
+        .await
+        .expect("a read through the pool");
     store
 }
 

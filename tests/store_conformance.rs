@@ -237,6 +237,49 @@ mod postgres_backend {
         assert!(started.elapsed() < Duration::from_secs(10));
     }
 
+    /// Pooled sessions of database `db`, as the server counts them.
+    async fn pooled_sessions(db: &str) -> i64 {
+        let (client, connection) = tokio_postgres::connect(&admin_url(), NoTls)
+            .await
+            .expect("admin connects");
+        tokio::spawn(connection);
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1",
+                &[&db],
+            )
+            .await
+            .expect("pg_stat_activity answers");
+        row.get(0)
+    }
+
+    #[tokio::test]
+    async fn pg_a_whole_table_read_does_not_keep_its_connection() {
+        let db = fresh_pg_db().await;
+        // The test database's own store holds sessions of its own.
+        let others = pooled_sessions(db.name()).await;
+        let store = PgStore::connect(&pg_url_for(db.name()), 2)
+            .await
+            .expect("connects");
+        store.get_node("a/n1").await.expect("a read");
+        let pooled = pooled_sessions(db.name()).await;
+        assert_eq!(pooled, others + 1, "the read's connection stays pooled");
+        store.list_routes().await.expect("a whole table");
+        // The server ends the backend once the client has closed it.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while pooled_sessions(db.name()).await > others {
+            assert!(
+                Instant::now() < deadline,
+                "the whole-table read's connection stayed"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        store
+            .get_node("a/n1")
+            .await
+            .expect("a new connection serves");
+    }
+
     #[tokio::test]
     async fn pg_facts_written_together_are_answered_one_by_one() {
         let db = fresh_pg_db().await;

@@ -367,16 +367,15 @@ impl WorkingState {
     /// rows cannot tell whether the write happened: the next refresh
     /// reads everything again.
     pub async fn write(&mut self, store: &dyn Store, changes: ChangeSet) -> Result<(), StoreError> {
-        match store.apply(changes.clone()).await {
-            Ok(()) => {
-                self.applied(&changes);
-                Ok(())
-            }
-            Err(e) => {
-                self.invalidate();
-                Err(e)
-            }
+        // Applied here first, so that the store can take the change set
+        // rather than a copy (the first derivation's is the fleet's every
+        // link and route); undone by the reload if the write fails.
+        self.applied(&changes);
+        let written = store.apply(changes).await;
+        if written.is_err() {
+            self.invalidate();
         }
+        written
     }
 
     /// Applies a change set the store accepted. Conditional deletions (a

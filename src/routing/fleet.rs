@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::links::grace_left;
-use crate::store::model::{DepartureKind, NodeRecord};
+use crate::store::model::{ConnectionDetail, DepartureKind, NodeRecord};
 
 /// One group's records, by id.
 type Members = BTreeMap<String, NodeRecord>;
@@ -44,8 +44,10 @@ impl Fleet {
         }
     }
 
-    /// Puts `record` in place of the node's; returns the one it replaced.
+    /// Puts `record`, as a derivation reads it (see [`trimmed`]), in place
+    /// of the node's; returns the one it replaced.
     pub fn upsert(&mut self, record: NodeRecord) -> Option<NodeRecord> {
+        let record = trimmed(record);
         let old = self.remove(&record.id);
         self.group_of
             .insert(record.id.clone(), record.group.clone());
@@ -105,6 +107,28 @@ impl Fleet {
             .map(|(g, _)| g.clone())
             .collect()
     }
+}
+
+/// The record with only what a derivation reads of it: the external
+/// endpoint (of the first detail that has one), the incoming connections
+/// it reports, no announced routes. The leader keeps a record of every
+/// node for as long as it leads.
+pub fn trimmed(mut n: NodeRecord) -> NodeRecord {
+    let external = n
+        .connection_details
+        .iter()
+        .find_map(|d| d.external_endpoint.clone().filter(|e| !e.is_empty()));
+    n.connection_details = external
+        .map(|e| ConnectionDetail {
+            external_endpoint: Some(e),
+            ..ConnectionDetail::default()
+        })
+        .into_iter()
+        .collect();
+    n.reported_connections.retain(|c| c.incoming);
+    n.reported_connections.shrink_to_fit();
+    n.reported_routes = Vec::new();
+    n
 }
 
 /// Whether a node holds its links: ready, registering again, or crashed

@@ -122,25 +122,21 @@ impl Compare<'_> {
     /// Compares the routes found for `name` with its stored ones: the
     /// first find of an id is the one kept.
     fn name(&mut self, name: &Name, finds: &[Found<'_>]) {
-        let stored = self.stored.ids_of(name);
+        let stored = self.stored;
         let mut kept: FastSet<&str> = FastSet::default();
         for f in finds {
             self.id.clear();
             write_route_id(&mut self.id, f.gateway, &f.link.link_id, name);
-            if let Some(id) = stored.and_then(|s| s.get(self.id.as_str())) {
+            if let Some(id) = stored.has(name, &self.id) {
                 kept.insert(id);
             } else if !self.new.contains_key(self.id.as_str()) {
                 let id = self.id.clone();
                 self.new.insert(id.clone(), f.to_route(id, name, self.now));
             }
         }
-        for id in stored
-            .into_iter()
-            .flatten()
-            .filter(|id| !kept.contains(id.as_str()))
-        {
-            let source = self.stored.source_of(id).unwrap_or_default();
-            self.gone.push((id.clone(), source.to_string()));
+        for id in stored.ids_of(name).filter(|id| !kept.contains(id)) {
+            let source = stored.source_of(id).unwrap_or_default();
+            self.gone.push((id.to_string(), source.to_string()));
         }
     }
 }

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use prometheus_client::metrics::gauge::Gauge;
-use tokio::sync::mpsc;
+use std::collections::VecDeque;
+
 use tracing::{debug, info, warn};
 use uuid::Uuid;
 
@@ -69,78 +69,108 @@ pub enum Refused {
     Stopped,
 }
 
-/// A queued fact and the outbox bytes it holds. Boxed: the channel
-/// allocates its first 32 slots when the session starts, and most
-/// sessions queue a handful of facts in their life.
-type Queued = (Box<Fact>, usize);
+/// The sending half, held by the stream's read loop. Facts wait in the
+/// session's outbox, and a task records them while there are some: an idle
+/// session holds no task and no buffer, only its outbox's bookkeeping (a
+/// task and a channel per session were 1.4 KB a node, idle or not).
+pub struct FactWriter(Arc<Outbox>);
 
-/// The sending half, held by the stream's read loop.
-pub struct FactWriter {
-    tx: mpsc::Sender<Queued>,
-    /// Facts queued in every session's outbox (a metric).
-    queued: Gauge,
-    bytes: Arc<SessionBytes>,
+struct Outbox {
+    ctx: Arc<Ctx>,
+    stream: Arc<NodeStream>,
+    bytes: SessionBytes,
+    queue: std::sync::Mutex<Queue>,
+}
+
+#[derive(Default)]
+struct Queue {
+    /// Facts not recorded yet, and the outbox bytes each holds.
+    facts: VecDeque<(Fact, usize)>,
+    /// A task is recording them.
+    draining: bool,
+    /// Nothing more is taken: the session's end was recorded, or a fact
+    /// refused for good.
+    stopped: bool,
 }
 
 impl FactWriter {
-    /// Starts the writer of `stream`'s session.
-    pub fn spawn(ctx: Arc<Ctx>, stream: Arc<NodeStream>) -> FactWriter {
-        let (tx, rx) = mpsc::channel(OUTBOX_CAPACITY);
-        let queued = ctx.metrics.outbox.clone();
-        let bytes = Arc::new(SessionBytes::new(ctx.metrics.outbox_bytes.clone()));
-        ctx.writers
-            .spawn(write_then_forget(ctx.clone(), stream, rx, bytes.clone()));
-        FactWriter { tx, queued, bytes }
+    /// The writer of `stream`'s session.
+    pub fn new(ctx: Arc<Ctx>, stream: Arc<NodeStream>) -> FactWriter {
+        let bytes = SessionBytes::new(ctx.metrics.outbox_bytes.clone());
+        FactWriter(Arc::new(Outbox {
+            ctx,
+            stream,
+            bytes,
+            queue: Default::default(),
+        }))
     }
 
+    /// Queues `fact`. The session's end is always taken (while the writer
+    /// runs): it must be recorded even behind a full outbox.
     pub fn push(&self, fact: Fact) -> Result<(), Refused> {
-        let n = fact.bytes();
-        if !self.bytes.take(n, matches!(fact, Fact::Ended(_))) {
+        let outbox = &self.0;
+        let (n, last) = (fact.bytes(), matches!(fact, Fact::Ended(_)));
+        let mut q = outbox.lock();
+        if q.stopped {
+            return Err(Refused::Stopped);
+        }
+        if q.facts.len() >= OUTBOX_CAPACITY && !last || !outbox.bytes.take(n, last) {
             return Err(Refused::Full);
         }
-        if let Err(e) = self.tx.try_send((Box::new(fact), n)) {
-            self.bytes.give(n);
-            return Err(match e {
-                mpsc::error::TrySendError::Full(_) => Refused::Full,
-                mpsc::error::TrySendError::Closed(_) => Refused::Stopped,
-            });
+        q.facts.push_back((fact, n));
+        outbox.ctx.metrics.outbox.inc();
+        if !q.draining {
+            q.draining = true;
+            let ctx = &outbox.ctx;
+            ctx.writers.spawn(drain(outbox.clone()));
         }
-        self.queued.inc();
         Ok(())
     }
 }
 
-/// Writes the session's facts, then drops what a stopped writer leaves,
-/// keeping the outbox gauges true.
-async fn write_then_forget(
-    ctx: Arc<Ctx>,
-    stream: Arc<NodeStream>,
-    mut rx: mpsc::Receiver<Queued>,
-    bytes: Arc<SessionBytes>,
-) {
-    write_all(&ctx, &stream, &mut rx, &bytes).await;
-    rx.close();
-    while let Ok((_, n)) = rx.try_recv() {
-        ctx.metrics.outbox.dec();
-        bytes.give(n);
+impl Outbox {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The next fact; `None` (and the drain ends) when there is none.
+    fn next(&self) -> Option<(Fact, usize)> {
+        let mut q = self.lock();
+        let next = q.facts.pop_front();
+        if q.facts.is_empty() {
+            // Its buffer goes with the burst that filled it.
+            q.facts = VecDeque::new();
+        }
+        q.draining = next.is_some();
+        if next.is_some() {
+            self.ctx.metrics.outbox.dec();
+        }
+        next
+    }
+
+    /// Takes nothing more, and forgets what is queued, keeping the outbox
+    /// gauges true.
+    fn stop(&self) {
+        let mut q = self.lock();
+        q.stopped = true;
+        q.draining = false;
+        for (_, n) in std::mem::take(&mut q.facts) {
+            self.ctx.metrics.outbox.dec();
+            self.bytes.give(n);
+        }
     }
 }
 
-async fn write_all(
-    ctx: &Arc<Ctx>,
-    stream: &Arc<NodeStream>,
-    rx: &mut mpsc::Receiver<Queued>,
-    bytes: &SessionBytes,
-) {
-    while let Some((fact, n)) = rx.recv().await {
-        let fact = *fact;
-        ctx.metrics.outbox.dec();
+/// Records the queued facts in order until none is left; stops the writer
+/// after the session's end or a refusal.
+async fn drain(outbox: Arc<Outbox>) {
+    let (ctx, stream) = (&outbox.ctx, &outbox.stream);
+    while let Some((fact, n)) = outbox.next() {
         let last = matches!(fact, Fact::Ended(_));
-        // Boxed: the writer waits for facts far longer than it records
-        // one, and its task is as large as its largest state.
+        // Boxed: most of a drain's life is this wait.
         let outcome = Box::pin(record(ctx, stream, &fact)).await;
         // Held until recorded: the bound is on what the store has not taken.
-        bytes.give(n);
+        outbox.bytes.give(n);
         match outcome {
             Ok(()) => {
                 let kind = [("kind", fact.kind())];
@@ -155,7 +185,7 @@ async fn write_all(
                     node = stream.node(),
                     "unrecorded session closed; its facts dropped"
                 );
-                return;
+                return outbox.stop();
             }
             Err(Some(StoreError::Rejected(why))) if !matches!(fact, Fact::Begun(_)) => {
                 // Validated at the door, so this is rare; a retry would be
@@ -171,11 +201,11 @@ async fn write_all(
                 // goes with it.
                 info!(node = stream.node(), error = %e, "fact refused; closing the stream");
                 stream.close();
-                return;
+                return outbox.stop();
             }
         }
         if last {
-            return;
+            return outbox.stop();
         }
     }
 }

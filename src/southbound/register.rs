@@ -94,7 +94,7 @@ pub(super) async fn handshake(
     ));
     ctx.registry.insert(stream.clone());
     if !stream.send(envelope(message_id, reply)).await {
-        let writer = FactWriter::spawn(ctx.clone(), stream.clone());
+        let writer = FactWriter::new(ctx.clone(), stream.clone());
         serve::end(ctx, &stream, &writer, DepartureKind::Crash);
         return None;
     }

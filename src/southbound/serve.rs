@@ -26,8 +26,32 @@ enum Flow {
     /// The node closed the stream or it broke: the crash path.
     Gone,
     /// The node sent more facts than the outbox holds: end the stream so
-    /// the node replays them.
-    Close(Status),
+    /// the node replays them. Boxed, like the message below: whatever the
+    /// loop holds while it waits is part of a task that lives as long as
+    /// the node.
+    Close(Box<Status>),
+    /// Replaced by a newer registration, or the replica is going.
+    Closed,
+}
+
+/// What woke the loop.
+enum Event {
+    Message(Box<sb::ControlMessage>),
+    Gone,
+    Closed,
+}
+
+impl Event {
+    fn of(next: Result<Option<sb::ControlMessage>, Status>, node: &str) -> Event {
+        match next {
+            Ok(Some(msg)) => Event::Message(Box::new(msg)),
+            Ok(None) => Event::Gone,
+            Err(status) => {
+                debug!(node, %status, "stream broke");
+                Event::Gone
+            }
+        }
+    }
 }
 
 pub async fn serve(
@@ -37,43 +61,32 @@ pub async fn serve(
     mut inbound: Streaming<sb::ControlMessage>,
     out: &Outbound,
 ) {
-    let writer = FactWriter::spawn(ctx.clone(), stream.clone());
+    let writer = FactWriter::new(ctx.clone(), stream.clone());
     let begun = pending.map_or(Ok(()), |reg| writer.push(Fact::Begun(reg)));
     if begun.and_then(|()| writer.push(Fact::Ready)).is_err() {
         return end(&ctx, &stream, &writer, DepartureKind::Crash);
     }
     loop {
-        let next = tokio::select! {
-            () = stream.closed() => {
-                // Replaced by a newer registration, or the replica is going.
-                end(&ctx, &stream, &writer, DepartureKind::Crash);
-                let status = Status::aborted("control session closed by the control plane");
-                let _ = Box::pin(out.send(Err(status))).await;
-                return;
-            }
-            next = inbound.message() => next,
+        // No await in the arms: their state would be kept beside the wait.
+        let event = tokio::select! {
+            () = stream.closed() => Event::Closed,
+            next = inbound.message() => Event::of(next, stream.node()),
         };
-        let flow = match next {
-            // Boxed, like every await here but the wait itself: this task
-            // lives as long as the node, and is as large as the largest
-            // state of its future (a message in hand, a reply being sent).
-            Ok(Some(msg)) => Box::pin(on_message(&ctx.metrics, &stream, &writer, msg)).await,
-            Ok(None) => Flow::Gone,
-            Err(status) => {
-                debug!(node = stream.node(), %status, "stream broke");
-                Flow::Gone
-            }
+        let flow = match event {
+            Event::Message(msg) => Box::pin(on_message(&ctx.metrics, &stream, &writer, *msg)).await,
+            Event::Gone => Flow::Gone,
+            Event::Closed => Flow::Closed,
         };
-        match flow {
-            Flow::Continue => {}
+        let close = match flow {
+            Flow::Continue => continue,
             Flow::Done => return end(&ctx, &stream, &writer, DepartureKind::Deregistered),
             Flow::Gone => return end(&ctx, &stream, &writer, DepartureKind::Crash),
-            Flow::Close(status) => {
-                end(&ctx, &stream, &writer, DepartureKind::Crash);
-                let _ = Box::pin(out.send(Err(status))).await;
-                return;
-            }
-        }
+            Flow::Close(status) => *status,
+            Flow::Closed => Status::aborted("control session closed by the control plane"),
+        };
+        end(&ctx, &stream, &writer, DepartureKind::Crash);
+        let _ = Box::pin(out.send(Err(close))).await;
+        return;
     }
 }
 
@@ -194,7 +207,7 @@ fn queue_facts(
                 }
                 Refused::Stopped => Status::aborted("this control session was replaced"),
             };
-            return Flow::Close(status);
+            return Flow::Close(Box::new(status));
         }
     }
     Flow::Continue
@@ -223,11 +236,5 @@ pub fn end(ctx: &Arc<Ctx>, stream: &Arc<NodeStream>, writer: &FactWriter, kind: 
     stream.close();
     if let Err(why) = writer.push(Fact::Ended(kind)) {
         log_refusal(stream.node(), why);
-        if why == Refused::Full {
-            // The end must be recorded even behind a full outbox.
-            FactWriter::spawn(ctx.clone(), stream.clone())
-                .push(Fact::Ended(kind))
-                .ok();
-        }
     }
 }

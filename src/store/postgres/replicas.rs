@@ -116,6 +116,7 @@ impl PgStore {
         let op = Op {
             name: "expire_replicas",
             mode: Mode::Derive(self.fence),
+            bulk: false,
         };
         self.tx
             .run(op, (me, ttl), |db, (me, ttl)| {
@@ -138,6 +139,7 @@ impl PgStore {
         let op = Op {
             name: "set_drain",
             mode: Mode::Derive(self.fence),
+            bulk: false,
         };
         let incarnation = i64::try_from(incarnation).unwrap_or(i64::MAX);
         self.tx

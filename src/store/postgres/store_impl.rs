@@ -19,6 +19,7 @@ impl PgStore {
         Op {
             name,
             mode: Mode::Derive(self.fence),
+            bulk: false,
         }
     }
 }
@@ -27,6 +28,20 @@ pub(super) fn read(name: &'static str) -> Op {
     Op {
         name,
         mode: Mode::Read,
+        bulk: false,
+    }
+}
+
+/// Rows past which a change set is written on a connection of its own
+/// (see [`Op::bulk`]): a first derivation writes the fleet's every link
+/// and route.
+const BULK_ROWS: usize = 1000;
+
+/// A read of a whole table (see [`Op::bulk`]).
+pub(super) fn bulk_read(name: &'static str) -> Op {
+    Op {
+        bulk: true,
+        ..read(name)
     }
 }
 
@@ -34,6 +49,7 @@ pub(super) fn write(name: &'static str) -> Op {
     Op {
         name,
         mode: Mode::Write,
+        bulk: false,
     }
 }
 
@@ -156,7 +172,9 @@ impl Store for PgStore {
 
     async fn list_nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
         self.tx
-            .run(read("list_nodes"), (), |db, _| Box::pin(nodes::list(db)))
+            .run(bulk_read("list_nodes"), (), |db, _| {
+                Box::pin(nodes::list(db))
+            })
             .await
     }
 
@@ -180,7 +198,7 @@ impl Store for PgStore {
 
     async fn list_templates(&self) -> Result<Vec<Template>, StoreError> {
         self.tx
-            .run(read("list_templates"), (), |db, _| {
+            .run(bulk_read("list_templates"), (), |db, _| {
                 Box::pin(templates::list(db))
             })
             .await
@@ -226,7 +244,9 @@ impl Store for PgStore {
 
     async fn list_links(&self) -> Result<Vec<Link>, StoreError> {
         self.tx
-            .run(read("list_links"), (), |db, _| Box::pin(links::list(db)))
+            .run(bulk_read("list_links"), (), |db, _| {
+                Box::pin(links::list(db))
+            })
             .await
     }
 
@@ -257,7 +277,9 @@ impl Store for PgStore {
 
     async fn list_routes(&self) -> Result<Vec<Route>, StoreError> {
         self.tx
-            .run(read("list_routes"), (), |db, _| Box::pin(routes::list(db)))
+            .run(bulk_read("list_routes"), (), |db, _| {
+                Box::pin(routes::list(db))
+            })
             .await
     }
 
@@ -354,10 +376,13 @@ impl Store for PgStore {
         if changes.is_empty() {
             return Ok(());
         }
+        let rows = changes.put_links.len() + changes.put_routes.len() + changes.delete_routes.len();
+        let op = Op {
+            bulk: rows >= BULK_ROWS,
+            ..self.derive("apply")
+        };
         self.tx
-            .run(self.derive("apply"), changes, |db, c| {
-                Box::pin(changes::apply(db, c))
-            })
+            .run(op, changes, |db, c| Box::pin(changes::apply(db, c)))
             .await
     }
 

@@ -87,6 +87,10 @@ pub(super) enum Mode {
 pub(super) struct Op {
     pub name: &'static str,
     pub mode: Mode,
+    /// Its answer is as large as the fleet (a whole table): the connection
+    /// is closed afterwards rather than pooled, so that the buffers that
+    /// grew to hold the answer go with it.
+    pub bulk: bool,
 }
 
 /// The pool plus the metrics every call records into. Cheap to clone.
@@ -162,7 +166,12 @@ impl Tx {
             Ok(value)
         };
         match tokio::time::timeout(ATTEMPT_TIMEOUT, work).await {
-            Ok(result) => result,
+            Ok(result) => {
+                if op.bulk {
+                    drop(Object::take(client));
+                }
+                result
+            }
             Err(_) => {
                 // The connection is mid-conversation with a server that went
                 // silent: never hand it to another caller.
