@@ -92,6 +92,9 @@ pub struct Args {
     pub nodes_per_connection: usize,
     /// Print where each Postgres setup's store time went (`--store-ops`).
     pub store_ops: bool,
+    /// Kill the busiest follower of each cluster once converged, and time
+    /// the reconnect storm (`--storm`).
+    pub storm: bool,
     dbs: Vec<Db>,
     replicas: Vec<usize>,
 }
@@ -126,6 +129,7 @@ pub fn parse_args() -> Result<Args> {
         builds: Vec::new(),
         nodes_per_connection: DEFAULT_NODES_PER_CONNECTION,
         store_ops: false,
+        storm: false,
         dbs: vec![Db::Memory],
         replicas: vec![1],
     };
@@ -138,6 +142,10 @@ pub fn parse_args() -> Result<Args> {
         }
         if flag == "--store-ops" {
             a.store_ops = true;
+            continue;
+        }
+        if flag == "--storm" {
+            a.storm = true;
             continue;
         }
         let value = it.next().with_context(|| format!("{flag} needs a value"))?;

@@ -16,6 +16,11 @@
 //! `--store-ops` prints, for each Postgres setup, the store operations
 //! that took the most time (from the replicas' `/metrics`).
 //!
+//! `--storm` kills -9, once a cluster's fleet has converged and settled,
+//! the follower holding the most sessions, and times until its nodes have
+//! registered again elsewhere and the fleet is converged again (a table of
+//! its own, after the main one).
+//!
 //! `--nodes-per-connection N` (default 32) sets how many simulated nodes
 //! share one HTTP/2 connection (real nodes have one each: `1`, within the
 //! open-files limit of both processes). `--build LABEL=PATH`, repeated,
@@ -40,6 +45,7 @@ mod args;
 mod common;
 mod deploy;
 mod observe;
+mod storm;
 mod table;
 
 /// Store operations `--store-ops` lists.
@@ -147,7 +153,7 @@ async fn run(
 ) -> Result<Outcome> {
     let timeout = announce(setup, build, s, args);
     let tag = format!("{}{build}-{}n", setup.label().replace(' ', "-"), s.nodes);
-    let deployment = Deployment::start(setup, slim_cp, &dir.join(tag)).await?;
+    let mut deployment = Deployment::start(setup, slim_cp, &dir.join(tag)).await?;
     // What the process holds before any node: the per-node figure is over
     // the whole peak, this included (see the README's performance section).
     let idle_mb = deployment.rss_mb();
@@ -162,6 +168,14 @@ async fn run(
         None => true,
     };
     println!("  slowest fleet inspection {} ms", w.worst.as_millis());
+    let storm = match &mut deployment {
+        Deployment::Cluster(c) if args.storm && c.replicas.len() > 1 && stable => {
+            let st = storm::storm(c, &fleet, s, timeout).await?;
+            println!("{}", st.line());
+            Some(st)
+        }
+        _ => None,
+    };
     if args.store_ops {
         print_store_ops(&deployment.store_ops().await);
     }
@@ -186,6 +200,7 @@ async fn run(
         stable,
         db_mb,
         last: w.last,
+        storm,
     })
 }
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 use crate::args::{Setup, Size};
 use crate::common::table;
 use crate::observe::Counts;
+use crate::storm::Storm;
 
 /// One (fleet size, setup) result.
 pub struct Outcome {
@@ -27,6 +28,8 @@ pub struct Outcome {
     pub db_mb: Option<f64>,
     /// The last counts seen (lost nodes included).
     pub last: Counts,
+    /// The reconnect storm after it (`--storm`).
+    pub storm: Option<Storm>,
 }
 
 const HEADER: [&str; 15] = [
@@ -55,6 +58,39 @@ pub fn print(rows: &[Outcome]) {
     let cells: Vec<Vec<String>> = rows.iter().map(|r| cells(r, baseline(r, rows))).collect();
     table::print(&HEADER, &cells, &[3, 14]);
     println!("{LEGEND}");
+    print_storms(rows);
+}
+
+const STORM_HEADER: [&str; 6] = [
+    "nodes",
+    "setup",
+    "follower killed, holding",
+    "all registered again",
+    "converged again",
+    "lost",
+];
+
+fn print_storms(rows: &[Outcome]) {
+    let secs =
+        |t: Option<Duration>| t.map_or("never".into(), |t| format!("{:.2} s", t.as_secs_f64()));
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .filter_map(|r| Some((r, r.storm.as_ref()?)))
+        .map(|(r, st)| {
+            vec![
+                r.size.nodes.to_string(),
+                label(r),
+                format!("{} nodes", st.moved),
+                secs(st.registered),
+                secs(st.converged),
+                st.lost.to_string(),
+            ]
+        })
+        .collect();
+    if !cells.is_empty() {
+        println!();
+        table::print(&STORM_HEADER, &cells, &[1]);
+    }
 }
 
 /// The row `r`'s time is compared with.
