@@ -53,8 +53,29 @@ impl std::fmt::Display for OpenError {
     }
 }
 
+/// What hyper says of a request made on a shared connection while that
+/// connection is being replaced.
+const NOT_READY: &str = "connection was not ready";
+
 /// Opens `OpenControlChannel` and waits for the response headers.
+///
+/// A shared connection that broke reconnects by itself, and a request made
+/// meanwhile fails at once, before anything reached a control plane: for
+/// the nodes sharing it, that reconnect is the fresh dial a real node's
+/// one attempt makes, so the request waits for it rather than count as
+/// the attempt (bounded by the caller).
 pub(crate) async fn open(dialer: &Dialer) -> Result<Stream, OpenError> {
+    loop {
+        match open_once(dialer).await {
+            Err(OpenError::Grpc(e)) if matches!(dialer, Dialer::Shared(_)) && e.contains(NOT_READY) => {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn open_once(dialer: &Dialer) -> Result<Stream, OpenError> {
     let channel = match dialer {
         Dialer::Shared(c) => c.clone(),
         Dialer::PerAttempt(ep) => ep.connect().await.map_err(|e| {
