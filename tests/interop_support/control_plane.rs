@@ -23,6 +23,9 @@ pub struct CpConfig {
     /// caller); `None` is API mode.
     pub topology: Option<String>,
     pub log_level: String,
+    /// A Postgres database to use (slim-cp only); `None` is the memory
+    /// store.
+    pub postgres: Option<String>,
 }
 
 impl CpConfig {
@@ -31,6 +34,7 @@ impl CpConfig {
             kind: CpKind::SlimCp,
             topology: None,
             log_level: "debug".into(),
+            postgres: None,
         }
     }
 
@@ -39,6 +43,12 @@ impl CpConfig {
             kind: CpKind::Reference,
             ..CpConfig::slim_cp()
         }
+    }
+
+    /// slim-cp on the Postgres database at `url` (migrated at start).
+    pub fn on_postgres(mut self, url: &str) -> CpConfig {
+        self.postgres = Some(url.to_string());
+        self
     }
 
     /// Config mode with the given `topology:` body.
@@ -66,10 +76,16 @@ impl ControlPlane {
         let mut yaml = format!(
             "tracing:\n  log_level: {}\n\
              northbound:\n  endpoint: \"127.0.0.1:{northbound}\"\n  tls:\n    insecure: true\n\
-             southbound:\n  endpoint: \"127.0.0.1:{southbound}\"\n  tls:\n    insecure: true\n\
-             database:\n  type: in_memory\n",
+             southbound:\n  endpoint: \"127.0.0.1:{southbound}\"\n  tls:\n    insecure: true\n",
             cfg.log_level
         );
+        match &cfg.postgres {
+            Some(url) => yaml.push_str(&format!(
+                "database:\n  type: postgres\n  url: \"{url}\"\nhttp:\n  endpoint: \"127.0.0.1:{}\"\n",
+                free_port()
+            )),
+            None => yaml.push_str("database:\n  type: in_memory\n"),
+        }
         if let Some(body) = &cfg.topology {
             yaml.push_str("topology:\n");
             yaml.push_str(body);
