@@ -67,7 +67,9 @@ const NOT_READY: &str = "connection was not ready";
 pub(crate) async fn open(dialer: &Dialer) -> Result<Stream, OpenError> {
     loop {
         match open_once(dialer).await {
-            Err(OpenError::Grpc(e)) if matches!(dialer, Dialer::Shared(_)) && e.contains(NOT_READY) => {
+            Err(OpenError::Grpc(e))
+                if matches!(dialer, Dialer::Shared(_)) && e.contains(NOT_READY) =>
+            {
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
             other => return other,
