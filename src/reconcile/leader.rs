@@ -133,8 +133,9 @@ impl Leader {
             let due = self.affected.due();
             tokio::select! {
                 _ = cancel.cancelled() => break,
+                // Urgent: the periodic sweep must not hold them back.
                 _ = sleep_until(due) => {
-                    self.affected.take().iter().for_each(|n| self.queue.add(n));
+                    self.affected.take().iter().for_each(|n| self.queue.add_urgent(n));
                 }
                 _ = tick.tick() => self.resync(self.sweep).await,
                 batch = self.inbox.next_batch() => {

@@ -5,7 +5,11 @@
 //! 2. A key never runs twice at once: added while it is processing, it runs
 //!    once more after the current run is `done`.
 //! 3. Fair: ready keys come out first-in first-out; a re-added key goes to
-//!    the back.
+//!    the back. Urgent keys (`add_urgent`: the key's desired state changed)
+//!    come out before routine ones (an arrival check, the periodic sweep),
+//!    first-in first-out among themselves: a sweep of the whole fleet must
+//!    not hold back the nodes a change is waiting for. A retry keeps the
+//!    lane of the run that failed.
 //! 4. Earliest deadline wins: `add_after` never postpones an earlier (or
 //!    immediate) entry, and an earlier deadline replaces a later one.
 //! 5. Failures back off per key (`requeue`, see [`super::backoff`]); after
@@ -145,16 +149,29 @@ enum Take {
     Closed,
 }
 
+/// Which of the two ready lanes a key waits in (rule 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    Urgent = 0,
+    Routine = 1,
+}
+
 /// A key has at most one pending entry: in `queued` (ready), in `dirty`
 /// (due, but waiting for its current run) or in `delayed`.
 #[derive(Default)]
 struct State {
-    /// Keys due now, in the order they became due.
-    ready: VecDeque<String>,
-    /// The keys in `ready`, for constant-time dedup.
-    queued: HashSet<String>,
-    /// Keys handed out by `get` and not yet `done`.
-    processing: HashSet<String>,
+    /// Keys due now, per lane, in the order they became due. An entry
+    /// stands only while `queued` holds the key with the same lane and
+    /// sequence number: a key moved to the urgent lane leaves a stale
+    /// entry behind, skipped when it comes out.
+    ready: [VecDeque<(u64, String)>; 2],
+    /// The keys in `ready`, with their lane and entry.
+    queued: HashMap<String, (Lane, u64)>,
+    next_entry: u64,
+    /// Keys whose next run is urgent, wherever they wait.
+    urgent: HashSet<String>,
+    /// Keys handed out by `get` and not yet `done`, with their lane.
+    processing: HashMap<String, Lane>,
     /// Processing keys that became due again; `done` queues them.
     dirty: HashSet<String>,
     delayed: Delayed,
@@ -167,8 +184,9 @@ impl State {
     /// Gives `key` an entry due at `at`, or moves its entry earlier.
     fn schedule(&mut self, key: &str, at: Instant, now: Instant) -> Wake {
         self.promote(now);
-        if self.queued.contains(key) || self.dirty.contains(key) {
+        if self.queued.contains_key(key) || self.dirty.contains(key) {
             self.counters.dedups += 1; // already due: nothing is earlier
+            self.upgrade(key);
             return Wake::Nobody;
         }
         if at <= now {
@@ -191,14 +209,52 @@ impl State {
     /// A key whose time has come. A running key is only marked dirty, so
     /// that it never runs twice at once; `done` queues it.
     fn make_due(&mut self, key: String) -> Wake {
-        if self.processing.contains(&key) {
+        if self.processing.contains_key(&key) {
             self.dirty.insert(key);
             return Wake::Nobody;
         }
-        if self.queued.insert(key.clone()) {
-            self.ready.push_back(key);
+        if !self.queued.contains_key(&key) {
+            let lane = self.lane_of(&key);
+            self.enter(key, lane);
         }
         Wake::One
+    }
+
+    fn lane_of(&self, key: &str) -> Lane {
+        match self.urgent.contains(key) {
+            true => Lane::Urgent,
+            false => Lane::Routine,
+        }
+    }
+
+    fn enter(&mut self, key: String, lane: Lane) {
+        self.next_entry += 1;
+        self.queued.insert(key.clone(), (lane, self.next_entry));
+        self.ready[lane as usize].push_back((self.next_entry, key));
+    }
+
+    /// A ready routine key that turned urgent moves to the urgent lane.
+    fn upgrade(&mut self, key: &str) {
+        let routine = self
+            .queued
+            .get(key)
+            .is_some_and(|(l, _)| *l == Lane::Routine);
+        if routine && self.urgent.contains(key) {
+            self.enter(key.to_owned(), Lane::Urgent);
+        }
+    }
+
+    /// The next ready key, urgent lane first; stale entries are dropped.
+    fn pop_ready(&mut self) -> Option<(String, Lane)> {
+        for lane in [Lane::Urgent, Lane::Routine] {
+            while let Some((entry, key)) = self.ready[lane as usize].pop_front() {
+                if self.queued.get(&key) == Some(&(lane, entry)) {
+                    self.queued.remove(&key);
+                    return Some((key, lane));
+                }
+            }
+        }
+        None
     }
 
     /// Moves keys whose deadline has passed to `ready`, earliest first.
@@ -215,12 +271,12 @@ impl State {
             return Take::Closed;
         }
         self.promote(now);
-        let Some(key) = self.ready.pop_front() else {
+        let Some((key, lane)) = self.pop_ready() else {
             return Take::Wait(self.delayed.next_deadline());
         };
-        self.queued.remove(&key);
-        self.processing.insert(key.clone());
-        let more = !self.ready.is_empty();
+        self.urgent.remove(&key);
+        self.processing.insert(key.clone(), lane);
+        let more = !self.queued.is_empty();
         Take::Key { key, more }
     }
 
@@ -232,6 +288,10 @@ impl State {
         let n = *failures;
         if n > config.max_requeues {
             self.failures.remove(key);
+            // The mark belongs to a pending entry; a dropped retry has none.
+            if !self.pending(key) {
+                self.urgent.remove(key);
+            }
             self.counters.drops += 1;
             return Err(n);
         }
@@ -239,8 +299,14 @@ impl State {
         Ok(retry_delay(n, config.base_retry_delay))
     }
 
+    fn pending(&self, key: &str) -> bool {
+        self.queued.contains_key(key)
+            || self.dirty.contains(key)
+            || self.delayed.by_key.contains_key(key)
+    }
+
     fn len(&self) -> usize {
-        self.ready.len() + self.dirty.len() + self.delayed.by_key.len()
+        self.queued.len() + self.dirty.len() + self.delayed.by_key.len()
     }
 }
 
@@ -280,15 +346,20 @@ impl WorkQueue {
 
     /// Makes `key` due now (rules 1, 2 and 4). Ignored after shutdown.
     pub fn add(&self, key: &str) {
-        self.add_at(key, Duration::ZERO);
+        self.schedule(key, Duration::ZERO, false);
+    }
+
+    /// Makes `key` due now in the urgent lane (rule 3), or moves it there.
+    pub fn add_urgent(&self, key: &str) {
+        self.schedule(key, Duration::ZERO, true);
     }
 
     /// Makes `key` due after `delay`, unless it is due earlier already.
     pub fn add_after(&self, key: &str, delay: Duration) {
-        self.add_at(key, delay);
+        self.schedule(key, delay, false);
     }
 
-    fn add_at(&self, key: &str, delay: Duration) {
+    fn schedule(&self, key: &str, delay: Duration, urgent: bool) {
         let now = Instant::now();
         let wake = {
             let mut s = self.lock();
@@ -296,6 +367,9 @@ impl WorkQueue {
                 return;
             }
             s.counters.adds += 1;
+            if urgent {
+                s.urgent.insert(key.to_owned());
+            }
             s.schedule(key, now + delay.min(MAX_DELAY), now)
         };
         self.notify(wake);
@@ -368,7 +442,7 @@ impl WorkQueue {
     pub fn done(&self, key: &str) {
         let (wake, idle) = {
             let mut s = self.lock();
-            if !s.processing.contains(key) {
+            if !s.processing.contains_key(key) {
                 return;
             }
             // Promoted while still processing, the key turns dirty and so
@@ -396,6 +470,12 @@ impl WorkQueue {
     }
 
     fn settle(&self, key: &str, outcome: Outcome) {
+        if outcome != Outcome::Done {
+            let mut s = self.lock();
+            if s.processing.get(key) == Some(&Lane::Urgent) {
+                s.urgent.insert(key.to_owned());
+            }
+        }
         match outcome {
             Outcome::Done => self.forget(key),
             Outcome::Requeue => {

@@ -17,6 +17,7 @@ const MAX_REQUEUES: u32 = 3;
 #[derive(Debug, Clone)]
 enum Op {
     Add(usize),
+    AddUrgent(usize),
     AddAfter(usize, u32),
     Get,
     Done(usize),
@@ -28,6 +29,7 @@ fn op() -> impl Strategy<Value = Op> {
     let key = 0..KEYS.len();
     prop_oneof![
         2 => key.clone().prop_map(Op::Add),
+        1 => key.clone().prop_map(Op::AddUrgent),
         2 => (key.clone(), 0..500u32).prop_map(|(k, ms)| Op::AddAfter(k, ms)),
         3 => Just(Op::Get),
         2 => key.clone().prop_map(Op::Done),
@@ -38,10 +40,14 @@ fn op() -> impl Strategy<Value = Op> {
 
 /// The rules stated plainly: a pending key has one due time, the earliest
 /// asked for; a due key that is not running may be handed out, earliest
-/// due first; a key that fell due while running is due again from `done`.
+/// due first, but urgent keys before the others, each from the later of
+/// its due time and when it was made urgent; a key that fell due while
+/// running is due again from `done`.
 #[derive(Default)]
 struct Model {
     due: HashMap<String, Instant>,
+    /// Keys whose next run is urgent, and since when.
+    urgent: HashMap<String, Instant>,
     processing: HashSet<String>,
     failures: HashMap<String, u32>,
 }
@@ -58,6 +64,9 @@ impl Model {
         let n = *failures;
         if n > MAX_REQUEUES {
             self.failures.remove(key);
+            if !self.due.contains_key(key) {
+                self.urgent.remove(key);
+            }
             return false;
         }
         self.schedule(
@@ -76,11 +85,20 @@ impl Model {
         }
     }
 
+    /// When `key`, due at `due`, entered the urgent lane, if it is urgent.
+    fn urgent_rank(&self, key: &str, due: Instant) -> Option<Instant> {
+        self.urgent.get(key).map(|since| (*since).max(due))
+    }
+
     fn check_get(&mut self, got: Option<String>, now: Instant) -> Result<(), TestCaseError> {
-        let first = (self.due.iter())
+        let ready: Vec<(&String, Instant)> = (self.due.iter())
             .filter(|(key, due)| **due <= now && !self.processing.contains(*key))
-            .map(|(_, due)| *due)
+            .map(|(key, due)| (key, *due))
+            .collect();
+        let first_urgent = (ready.iter())
+            .filter_map(|(key, due)| self.urgent_rank(key, *due))
             .min();
+        let first = ready.iter().map(|(_, due)| *due).min();
         let Some(key) = got else {
             prop_assert!(first.is_none(), "a due key was not handed out");
             return Ok(());
@@ -96,7 +114,14 @@ impl Model {
             "{} handed out early or never added",
             key
         );
-        prop_assert_eq!(due, first, "{} overtook a key that fell due earlier", key);
+        match first_urgent {
+            Some(rank) => {
+                let mine = due.and_then(|d| self.urgent_rank(&key, d));
+                prop_assert_eq!(mine, Some(rank), "{} overtook an urgent key", key);
+            }
+            None => prop_assert_eq!(due, first, "{} overtook a key that fell due earlier", key),
+        }
+        self.urgent.remove(&key);
         self.processing.insert(key);
         Ok(())
     }
@@ -108,6 +133,11 @@ async fn apply(q: &WorkQueue, m: &mut Model, op: Op) -> Result<(), TestCaseError
         Op::Add(k) => {
             q.add(KEYS[k]);
             m.schedule(KEYS[k], now);
+        }
+        Op::AddUrgent(k) => {
+            q.add_urgent(KEYS[k]);
+            m.schedule(KEYS[k], now);
+            m.urgent.entry(KEYS[k].to_owned()).or_insert(now);
         }
         Op::AddAfter(k, ms) => {
             q.add_after(KEYS[k], ms * MS);

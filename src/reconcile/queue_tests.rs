@@ -513,3 +513,37 @@ async fn a_panicking_handler_does_not_leave_its_key_stuck() {
     q.shutdown();
     join_all(workers).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn urgent_keys_come_out_before_routine_ones_in_their_own_order() {
+    let q = mk_queue();
+    for key in ["a", "b"] {
+        q.add(key);
+    }
+    q.add_urgent("c");
+    q.add_urgent("b");
+    assert_eq!(q.len(), 3, "b moved lanes, it was not added twice");
+    assert_eq!(get_all_due(&q).await, ["c", "b", "a"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_urgent_run_retries_in_the_urgent_lane() {
+    let q = mk_queue();
+    q.add_urgent("a");
+    assert_eq!(poll_get(&q).await.as_deref(), Some("a"));
+    q.finish("a", Outcome::RequeueAfter(10 * MS));
+    q.add("b");
+    advance(10 * MS).await;
+    assert_eq!(get_all_due(&q).await, ["a", "b"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_done_urgent_key_added_again_is_routine() {
+    let q = mk_queue();
+    q.add_urgent("a");
+    assert_eq!(poll_get(&q).await.as_deref(), Some("a"));
+    q.finish("a", Outcome::Done);
+    q.add("b");
+    q.add("a");
+    assert_eq!(get_all_due(&q).await, ["b", "a"]);
+}
