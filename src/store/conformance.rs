@@ -46,6 +46,7 @@ macro_rules! store_conformance_tests {
             late_end_of_replaced_session_changes_nothing,
             announcements_require_current_session,
             announcements_keep_creation_order,
+            announcements_at_once_keep_each_nodes_order,
             drop_templates_before_generation,
             received_links_deduplicate_and_reset,
             forget_node_only_when_unchanged,
@@ -333,6 +334,51 @@ pub async fn announcements_keep_creation_order(store: &dyn Store) {
         .await
         .unwrap();
     assert_eq!(store.list_templates().await.unwrap().len(), 2);
+}
+
+/// Many announcements in flight at once (a fast store writes them in one
+/// transaction): each node's are applied in call order, and a stale one
+/// fails alone.
+pub async fn announcements_at_once_keep_each_nodes_order(store: &dyn Store) {
+    let a = start(store, "a/n1").await.session;
+    let b = start(store, "b/n1").await.session;
+    let c_old = start(store, "c/n1").await.session;
+    start(store, "c/n1").await;
+    let (x, y) = (mk_name("x"), mk_name("y"));
+    let (xy, only_x) = ([x.clone(), y.clone()], [x.clone()]);
+    let answers = tokio::join!(
+        store.record_announcements("a/n1", a.id, &xy, &[]),
+        store.record_announcements("b/n1", b.id, &only_x, &[]),
+        store.record_announcements("c/n1", c_old.id, &only_x, &[]),
+        store.record_announcements("a/n1", a.id, &[], &only_x),
+        store.record_announcements("a/n1", a.id, &only_x, &[]),
+        store.record_announcements("b/n1", b.id, &[], &only_x),
+    );
+    assert!(matches!(answers.2, Err(StoreError::StaleSession { .. })));
+    for ok in [answers.0, answers.1, answers.3, answers.4, answers.5] {
+        ok.unwrap();
+    }
+    let held = |node: &str, templates: &[crate::store::model::Template]| -> Vec<String> {
+        templates
+            .iter()
+            .filter(|t| t.node == node)
+            .map(|t| t.name.components[2].clone())
+            .collect()
+    };
+    let templates = store.list_templates().await.unwrap();
+    assert_eq!(
+        held("a/n1", &templates),
+        ["y", "x"],
+        "x withdrawn, then announced again: a new place"
+    );
+    assert!(
+        held("b/n1", &templates).is_empty(),
+        "announced, then withdrawn"
+    );
+    assert!(
+        held("c/n1", &templates).is_empty(),
+        "a stale session wrote nothing"
+    );
 }
 
 pub async fn drop_templates_before_generation(store: &dyn Store) {

@@ -1,15 +1,17 @@
-//! The facts written with group commit (see [`super::group`]): the three
+//! The facts written with group commit (see [`super::group`]): the four
 //! that every node sends in a burst, its registration, its readiness
-//! right after the reply and its link claims as its peers dial it.
+//! right after the reply, the names its apps announce and its link claims
+//! as its peers dial it.
 
 use uuid::Uuid;
 
 use super::group::{Group, WriteFuture};
 use super::registrations::{Begin, begin_all};
 use super::store_impl::write;
+use super::templates::{Announced, record_announcements_all};
 use super::tx::Tx;
 use super::{nodes, notify};
-use crate::store::model::{Registration, ReplicaRef};
+use crate::store::model::{Name, Registration, ReplicaRef};
 use crate::store::{SessionStart, StoreError};
 
 /// `(node, session)`.
@@ -23,11 +25,12 @@ pub(super) struct FactGroups {
     pub begin: Group<Begin, SessionStart>,
     pub ready: Group<Ready, bool>,
     pub received: Group<Received, ()>,
+    pub announced: Group<Announced, ()>,
 }
 
 impl FactGroups {
     pub(super) fn spawn(tx: &Tx) -> Self {
-        let (t0, t1, t2) = (tx.clone(), tx.clone(), tx.clone());
+        let (t0, t1, t2, t3) = (tx.clone(), tx.clone(), tx.clone(), tx.clone());
         Self {
             begin: Group::spawn(
                 move |calls| begin_sessions(t0.clone(), calls),
@@ -37,6 +40,10 @@ impl FactGroups {
             received: Group::spawn(
                 move |calls| record_received(t2.clone(), calls),
                 |(n, _, _)| n,
+            ),
+            announced: Group::spawn(
+                move |calls| record_announcements(t3.clone(), calls),
+                |(n, ..)| n,
             ),
         }
     }
@@ -77,18 +84,39 @@ fn record_received(tx: Tx, calls: Vec<Received>) -> WriteFuture<()> {
         tx.run(write("record_received"), &calls, |db, calls| {
             Box::pin(async move {
                 let answers = nodes::record_received_all(db, calls).await?;
-                let woken: Vec<&str> = calls
-                    .iter()
-                    .zip(&answers)
-                    .filter(|(_, a)| a.is_ok())
-                    .map(|((n, _, _), _)| n.as_str())
-                    .collect();
-                notify::nodes_changed(db, &woken).await?;
+                notify::nodes_changed(db, &accepted(calls, &answers, |(n, ..)| n)).await?;
                 Ok(answers)
             })
         })
         .await
     })
+}
+
+fn record_announcements(tx: Tx, calls: Vec<Announced>) -> WriteFuture<()> {
+    Box::pin(async move {
+        tx.run(write("record_announcements"), &calls, |db, calls| {
+            Box::pin(async move {
+                let answers = record_announcements_all(db, calls).await?;
+                notify::nodes_changed(db, &accepted(calls, &answers, |(n, ..)| n)).await?;
+                Ok(answers)
+            })
+        })
+        .await
+    })
+}
+
+/// The nodes of the calls whose answer is a success: they have news.
+fn accepted<'c, Q>(
+    calls: &'c [Q],
+    answers: &[Result<(), StoreError>],
+    node: fn(&Q) -> &String,
+) -> Vec<&'c str> {
+    calls
+        .iter()
+        .zip(answers)
+        .filter(|(_, a)| a.is_ok())
+        .map(|(c, _)| node(c).as_str())
+        .collect()
 }
 
 impl FactGroups {
@@ -105,6 +133,18 @@ impl FactGroups {
     /// One node's readiness, written with whatever else is waiting.
     pub(super) async fn mark_ready(&self, node: &str, session: Uuid) -> Result<bool, StoreError> {
         self.ready.call((node.to_string(), session)).await
+    }
+
+    /// One node's announcement, written with whatever else is waiting.
+    pub(super) async fn record_announcements(
+        &self,
+        node: &str,
+        session: Uuid,
+        set: &[Name],
+        withdraw: &[Name],
+    ) -> Result<(), StoreError> {
+        let call = (node.to_string(), session, set.to_vec(), withdraw.to_vec());
+        self.announced.call(call).await
     }
 
     /// One node's claims, written with whatever else is waiting.

@@ -12,7 +12,7 @@ use super::rows::{
     session_from, session_state_sql, to_i64, to_u64,
 };
 use super::tx::{Db, TxError, execute, query, query_map, query_one, query_opt};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::store::model::{
     DepartureKind, DesiredState, NodeRecord, Registration, ReplicaRef, Session, SessionState,
@@ -250,22 +250,31 @@ pub(super) async fn end_earlier_incarnations(
 }
 
 /// Locks the node's row if `session` is current; returns its generation.
-pub(super) async fn lock_current(db: &Db<'_>, node: &str, session: Uuid) -> Result<u64, TxError> {
-    let row = query_opt(
+/// The current session and generation of each of `nodes` that has one,
+/// their rows locked (in id order, so two callers cannot deadlock).
+pub(super) async fn lock_sessions(
+    db: &Db<'_>,
+    nodes: &[&str],
+) -> Result<HashMap<String, (Uuid, u64)>, TxError> {
+    let rows = query(
         db,
-        "SELECT session_generation FROM nodes WHERE id = $1 AND session_id = $2 FOR UPDATE",
-        &[&node, &session],
+        "SELECT id, session_id, session_generation FROM nodes \
+         WHERE id = ANY($1) AND session_id IS NOT NULL ORDER BY id FOR UPDATE",
+        &[&nodes],
     )
     .await?;
-    let row = row.ok_or_else(|| stale(node, session))?;
-    to_u64(row.try_get(0)?)
+    let mut out = HashMap::with_capacity(rows.len());
+    for row in &rows {
+        out.insert(row.try_get(0)?, (row.try_get(1)?, to_u64(row.try_get(2)?)?));
+    }
+    Ok(out)
 }
 
 fn stale(node: &str, session: Uuid) -> TxError {
     stale_session(node, session).into()
 }
 
-fn stale_session(node: &str, session: Uuid) -> StoreError {
+pub(super) fn stale_session(node: &str, session: Uuid) -> StoreError {
     StoreError::StaleSession {
         node: node.to_string(),
         session,

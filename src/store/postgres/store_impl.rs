@@ -123,14 +123,8 @@ impl Store for PgStore {
         set: &[Name],
         withdraw: &[Name],
     ) -> Result<(), StoreError> {
-        let args = (node, session, set, withdraw);
-        self.tx
-            .run(write("record_announcements"), args, |db, (n, s, set, w)| {
-                Box::pin(async move {
-                    templates::record_announcements(db, n, *s, set, w).await?;
-                    notify::node_changed(db, n).await
-                })
-            })
+        self.facts
+            .record_announcements(node, session, set, withdraw)
             .await
     }
 

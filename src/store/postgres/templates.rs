@@ -5,13 +5,17 @@ use std::collections::BTreeSet;
 
 use uuid::Uuid;
 
-use super::nodes::lock_current;
+use tokio_postgres::types::ToSql;
+
+use super::nodes::{lock_sessions, stale_session};
 use super::rows::{TEMPLATE_COLUMNS, name_id_sql, template_from, to_i64};
 use super::tx::{Db, TxError, execute, query_map};
+use crate::store::StoreError;
 use crate::store::model::{Name, Template};
 
 /// Names as four parallel arrays for `unnest`; the null id as `''` so that
 /// it compares equal (the unique index reads `coalesce(name_id, '')`).
+#[derive(Default)]
 struct NameArrays {
     c0: Vec<String>,
     c1: Vec<String>,
@@ -20,21 +24,12 @@ struct NameArrays {
 }
 
 impl NameArrays {
-    fn new<'n>(names: impl Iterator<Item = &'n Name>) -> Self {
-        let mut a = NameArrays {
-            c0: Vec::new(),
-            c1: Vec::new(),
-            c2: Vec::new(),
-            id: Vec::new(),
-        };
-        for n in names {
-            let [c0, c1, c2] = n.components.clone();
-            a.c0.push(c0);
-            a.c1.push(c1);
-            a.c2.push(c2);
-            a.id.push(name_id_sql(n.id).unwrap_or_default());
-        }
-        a
+    fn push(&mut self, n: &Name) {
+        let [c0, c1, c2] = n.components.clone();
+        self.c0.push(c0);
+        self.c1.push(c1);
+        self.c2.push(c2);
+        self.id.push(name_id_sql(n.id).unwrap_or_default());
     }
 }
 
@@ -44,38 +39,89 @@ impl NameArrays {
 /// expressions after sorting.)
 const SET: &str = "INSERT INTO templates \
        (seq, node, component0, component1, component2, name_id, generation) \
-     SELECT nextval('template_seq'), $1, s.c0, s.c1, s.c2, nullif(s.id, ''), $6 \
-     FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) \
-       WITH ORDINALITY AS s(c0, c1, c2, id, ord) \
+     SELECT nextval('template_seq'), s.node, s.c0, s.c1, s.c2, nullif(s.id, ''), s.gen \
+     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[]) \
+       WITH ORDINALITY AS s(node, c0, c1, c2, id, gen, ord) \
      ORDER BY s.ord \
      ON CONFLICT (node, component0, component1, component2, (coalesce(name_id, ''))) \
      DO UPDATE SET generation = EXCLUDED.generation, updated_at = now()";
 
 const WITHDRAW: &str = "DELETE FROM templates t \
-     USING unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS w(c0, c1, c2, id) \
-     WHERE t.node = $1 AND t.component0 = w.c0 AND t.component1 = w.c1 \
+     USING unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) \
+       AS w(node, c0, c1, c2, id) \
+     WHERE t.node = w.node AND t.component0 = w.c0 AND t.component1 = w.c1 \
        AND t.component2 = w.c2 AND coalesce(t.name_id, '') = w.id";
 
-pub(super) async fn record_announcements(
+/// One node's announcement: `(node, session, set, withdrawn)`.
+pub(super) type Announced = (String, Uuid, Vec<Name>, Vec<Name>);
+
+/// Announcements of several nodes, in call order, each checked against
+/// its node's current session (locked): a stale one is refused alone.
+/// Written in rounds that hold each node at most once, a withdrawal and
+/// an insert per round, since one statement may not touch a row twice.
+pub(super) async fn record_announcements_all(
     db: &Db<'_>,
-    node: &str,
-    session: Uuid,
-    set: &[Name],
-    withdraw: &[Name],
-) -> Result<(), TxError> {
-    let generation = to_i64(lock_current(db, node, session).await?)?;
-    if !withdraw.is_empty() {
-        let w = NameArrays::new(withdraw.iter());
-        execute(db, WITHDRAW, &[&node, &w.c0, &w.c1, &w.c2, &w.id]).await?;
+    calls: &[Announced],
+) -> Result<Vec<Result<(), StoreError>>, TxError> {
+    let ids: Vec<&str> = calls.iter().map(|(n, ..)| n.as_str()).collect();
+    let current = lock_sessions(db, &ids).await?;
+    let mut answers = Vec::with_capacity(calls.len());
+    let mut rounds: Vec<Round> = Vec::new();
+    for (node, session, set, withdraw) in calls {
+        let Some(&(_, generation)) = current.get(node).filter(|(s, _)| s == session) else {
+            answers.push(Err(stale_session(node, *session)));
+            continue;
+        };
+        answers.push(Ok(()));
+        let free = rounds.iter().position(|r| !r.nodes.contains(node.as_str()));
+        let i = free.unwrap_or_else(|| {
+            rounds.push(Round::default());
+            rounds.len() - 1
+        });
+        rounds[i].add(node, to_i64(generation)?, set, withdraw);
     }
-    // One statement may not touch a row twice: keep each name's first place.
-    let mut seen = BTreeSet::new();
-    let fresh: Vec<&Name> = set.iter().filter(|n| seen.insert(*n)).collect();
-    if !fresh.is_empty() {
-        let s = NameArrays::new(fresh.into_iter());
-        execute(db, SET, &[&node, &s.c0, &s.c1, &s.c2, &s.id, &generation]).await?;
+    for r in &rounds {
+        r.write(db).await?;
     }
-    Ok(())
+    Ok(answers)
+}
+
+/// Calls of distinct nodes, written by two statements.
+#[derive(Default)]
+struct Round<'a> {
+    nodes: BTreeSet<&'a str>,
+    set: (Vec<&'a str>, Vec<i64>, NameArrays),
+    withdraw: (Vec<&'a str>, NameArrays),
+}
+
+impl<'a> Round<'a> {
+    fn add(&mut self, node: &'a str, generation: i64, set: &'a [Name], withdraw: &'a [Name]) {
+        self.nodes.insert(node);
+        // Keep each name's first place: a name twice would touch one row twice.
+        let mut seen = BTreeSet::new();
+        for n in set.iter().filter(|n| seen.insert(*n)) {
+            self.set.0.push(node);
+            self.set.1.push(generation);
+            self.set.2.push(n);
+        }
+        for n in withdraw {
+            self.withdraw.0.push(node);
+            self.withdraw.1.push(n);
+        }
+    }
+
+    async fn write(&self, db: &Db<'_>) -> Result<(), TxError> {
+        let (nodes, w) = &self.withdraw;
+        if !nodes.is_empty() {
+            execute(db, WITHDRAW, &[nodes, &w.c0, &w.c1, &w.c2, &w.id]).await?;
+        }
+        let (nodes, generations, s) = &self.set;
+        if !nodes.is_empty() {
+            let params: [&(dyn ToSql + Sync); 6] = [nodes, &s.c0, &s.c1, &s.c2, &s.id, generations];
+            execute(db, SET, &params).await?;
+        }
+        Ok(())
+    }
 }
 
 pub(super) async fn list(db: &Db<'_>) -> Result<Vec<Template>, TxError> {
