@@ -25,14 +25,18 @@ use slim_cp::store::model::{LinkStatus, SessionState};
 
 use crate::cluster_support::{Cluster, MESH};
 use crate::interop_support::{
-    App, CtlOutput, Delivery, NodeSpec, SUB_ROUTE, SlimNode, TestDir, deliver_between, free_port,
-    poll, slimctl_controller, slimctl_controller_v3,
+    App, CtlOutput, Delivery, NodeSpec, Running, SUB_ROUTE, SlimNode, TestDir, free_port, poll,
+    slimctl_controller, slimctl_controller_v3, start_delivery,
 };
 use crate::lb::Lb;
 pub use held::Link;
 
 /// Messages per delivery round.
 pub const MSGS: u64 = 200;
+
+/// Messages published across a fault: at the 10-30 thousand a second a
+/// `bench pub` sends here, a publish that spans the moments after it.
+pub const DURING: u64 = 60_000;
 
 /// The prefix of the bench apps' names in a node's `route list`.
 const APPS: &str = "bench/test/";
@@ -242,6 +246,13 @@ impl Stage {
     /// [`MSGS`] messages from the publisher's node to the subscriber's,
     /// once the publisher's node holds the subscriber's route over `link`.
     pub fn deliver(&self, link: &Link) -> Delivery {
+        self.start_delivery(link, MSGS).finish()
+    }
+
+    /// Starts `msgs` messages from the publisher's node to the
+    /// subscriber's, once the publisher's node holds the subscriber's
+    /// route over `link`.
+    fn start_delivery(&self, link: &Link, msgs: u64) -> Running {
         let app = |id: &str| {
             App::on(
                 self.nodes
@@ -251,11 +262,11 @@ impl Stage {
             )
         };
         let publisher = self.publisher();
-        deliver_between(
+        start_delivery(
             self.dir.path(),
             &app(&self.sub),
             &app(&publisher),
-            MSGS,
+            msgs,
             || {
                 let route = poll(PATIENCE, || {
                     let out = self.ctl(&["route", "list", "-n", &publisher]);
@@ -270,6 +281,24 @@ impl Stage {
                 }
             },
         )
+    }
+
+    /// Starts [`DURING`] messages across the fleet's link and returns once
+    /// the publisher sends: the fault comes next, while they flow.
+    pub fn start_publishing(&self) -> Running {
+        let mut running = self.start_delivery(&self.before.link, DURING);
+        if let Err(log) = running.wait_publishing(PATIENCE) {
+            panic!("the publisher of the messages during the fault never sent: {log}");
+        }
+        running
+    }
+
+    /// Waits for the messages published across a fault to end, then until
+    /// their apps' routes over `link` are gone (as after any delivery).
+    pub fn finish_publishing(&self, running: Running, link: &Link) -> Delivery {
+        let d = running.finish();
+        self.wait_quiet(link);
+        d
     }
 
     /// Delivers and asserts that every message arrived.

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Line, MSGS, Settled};
+use super::{DURING, Line, MSGS, Settled};
 
 pub struct Report {
     pub drill: &'static str,
@@ -16,6 +16,9 @@ pub struct Report {
     pub since: &'static str,
     /// Messages delivered before the fault, and after reconvergence.
     pub delivered: (u64, u64),
+    /// Of [`DURING`] messages published across the fault, how many
+    /// arrived (`None`: the subscriber reported no count), when measured.
+    pub during: Option<Option<u64>>,
     pub before: Settled,
     pub after: Settled,
     /// Node processes not running at the end (must be 0).
@@ -42,12 +45,13 @@ impl Report {
         let mut line = format!(
             "DRILL {} [slim {}, HAProxy]: new leader acts after {leader}; converged {:.2}s \
              after {}; messages delivered {before}/{MSGS} before the fault and {after}/{MSGS} \
-             after reconvergence; link {} kept {} -> {}; links lost {} duplicated 0; \
+             after reconvergence; {}; link {} kept {} -> {}; links lost {} duplicated 0; \
              nodes lost {} (moved {}); commands refused by fencing {}",
             self.drill,
             self.line.name(),
             self.converged.as_secs_f64(),
             self.since,
+            self.during_text(),
             self.after.link.id,
             self.after.link.source,
             self.after.link.dest,
@@ -61,6 +65,17 @@ impl Report {
             line.push_str(&self.note);
         }
         line
+    }
+
+    fn during_text(&self) -> String {
+        match self.during {
+            None => "messages across the fault not measured".to_string(),
+            Some(None) => format!("messages across the fault: no count of {DURING}"),
+            Some(Some(n)) => format!(
+                "messages across the fault {n}/{DURING} ({} lost)",
+                DURING.saturating_sub(n)
+            ),
+        }
     }
 
     /// Prints the line, then fails the drill if the fleet did not end as

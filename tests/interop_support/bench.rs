@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::{PATIENCE, Scenario, SlimNode, Table, spawn_slimctl_of};
+use super::{PATIENCE, Proc, Scenario, SlimNode, Table, poll, spawn_slimctl_of};
 
 /// slimctl's publisher gives up on its session after 35 s; wait a bit more.
 const PUB_TIMEOUT: Duration = Duration::from_secs(45);
@@ -113,6 +113,23 @@ pub fn deliver_between(
     msgs: u64,
     route_ready: impl FnOnce(),
 ) -> Delivery {
+    start_delivery(dir, sub, publisher, msgs, route_ready).finish()
+}
+
+/// A subscriber and a publisher that are running.
+pub struct Running {
+    sub: Proc,
+    publisher: Proc,
+}
+
+/// Starts what [`deliver_between`] runs, without waiting for the end.
+pub fn start_delivery(
+    dir: &Path,
+    sub: &App,
+    publisher: &App,
+    msgs: u64,
+    route_ready: impl FnOnce(),
+) -> Running {
     let n = msgs.to_string();
     // The subscriber expects one message more than is sent, so it stays
     // in the session until the publisher closes it. One that leaves as
@@ -126,27 +143,54 @@ pub fn deliver_between(
         RUNS.fetch_add(1, Ordering::Relaxed)
     };
     let name = |role: &str| format!("bench-{role}-{}-{run}", sub.node.replace('/', "-"));
-    let mut sub_proc = spawn_slimctl_of(
+    let sub_proc = spawn_slimctl_of(
         sub.v3,
         dir,
         &name("sub"),
         &["bench", "sub", "--server", &sub.url, "-n", &expect],
     );
     route_ready();
-    let mut pub_proc = spawn_slimctl_of(
+    let pub_proc = spawn_slimctl_of(
         publisher.v3,
         dir,
         &name("pub"),
         &["bench", "pub", "--server", &publisher.url, "-n", &n],
     );
-    let pub_exit = pub_proc.wait_exit(PUB_TIMEOUT);
-    let _ = sub_proc.wait_exit(SUB_TIMEOUT);
-    let sub_log = sub_proc.log_text();
-    Delivery {
-        received: received(&sub_log),
-        pub_exit,
-        sub_log,
-        pub_log: pub_proc.log_text(),
+    Running {
+        sub: sub_proc,
+        publisher: pub_proc,
+    }
+}
+
+impl Running {
+    /// Waits until the publisher has its session and sends (its log says
+    /// so); `Err` with its log if it has not within `within`.
+    pub fn wait_publishing(&mut self, within: Duration) -> Result<(), String> {
+        poll(within, || {
+            let log = self.publisher.log_text();
+            match log.contains("session established") {
+                true => Ok(()),
+                false => Err(log),
+            }
+        })
+    }
+
+    /// Whether the publisher is still sending.
+    pub fn publishing(&mut self) -> bool {
+        self.publisher.is_running()
+    }
+
+    /// Waits for both apps and reports what arrived.
+    pub fn finish(mut self) -> Delivery {
+        let pub_exit = self.publisher.wait_exit(PUB_TIMEOUT);
+        let _ = self.sub.wait_exit(SUB_TIMEOUT);
+        let sub_log = self.sub.log_text();
+        Delivery {
+            received: received(&sub_log),
+            pub_exit,
+            sub_log,
+            pub_log: self.publisher.log_text(),
+        }
     }
 }
 

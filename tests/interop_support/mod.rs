@@ -24,7 +24,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-pub use bench::{App, Delivery, SUB_ROUTE, deliver_between};
+pub use bench::{App, Delivery, Running, SUB_ROUTE, deliver_between, start_delivery};
 pub use control_plane::{ControlPlane, CpConfig, CpKind};
 pub use node::{NodeSpec, SlimNode};
 pub use process::Proc;
