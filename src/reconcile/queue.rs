@@ -346,20 +346,20 @@ impl WorkQueue {
 
     /// Makes `key` due now (rules 1, 2 and 4). Ignored after shutdown.
     pub fn add(&self, key: &str) {
-        self.schedule(key, Duration::ZERO, false);
+        self.add_with(key, Duration::ZERO, false);
     }
 
     /// Makes `key` due now in the urgent lane (rule 3), or moves it there.
     pub fn add_urgent(&self, key: &str) {
-        self.schedule(key, Duration::ZERO, true);
+        self.add_with(key, Duration::ZERO, true);
     }
 
     /// Makes `key` due after `delay`, unless it is due earlier already.
     pub fn add_after(&self, key: &str, delay: Duration) {
-        self.schedule(key, delay, false);
+        self.add_with(key, delay, false);
     }
 
-    fn schedule(&self, key: &str, delay: Duration, urgent: bool) {
+    fn add_with(&self, key: &str, delay: Duration, urgent: bool) {
         let now = Instant::now();
         let wake = {
             let mut s = self.lock();

@@ -86,7 +86,7 @@ impl StoredRoutes {
         self.by_name.get(name).into_iter().flatten().map(|id| &**id)
     }
 
-    /// Whether `id` is a route of `name`.
+    /// The stored copy of `id`, when it is a route of `name`.
     pub fn has(&self, name: &Name, id: &str) -> Option<&str> {
         let ids = self.by_name.get(name)?;
         ids.get(id).map(|id| &**id)

@@ -10,11 +10,10 @@
 //! replaced ends the writer and the stream; a fact the store rejects as
 //! such (retrying would not help) is dropped and counted.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-use std::collections::VecDeque;
 
 use tracing::{debug, info, warn};
 use uuid::Uuid;

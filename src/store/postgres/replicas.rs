@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use tokio_postgres::Row;
 
+use super::PgStore;
 use super::nodes;
 use super::notify;
 use super::rows::to_u64;
 use super::store_impl::{read, write};
 use super::tx::{Db, TxError, execute, query, query_one, query_opt};
-use super::{PgStore, tx::Mode, tx::Op};
 use crate::store::StoreError;
 use crate::store::model::ReplicaRef;
 
@@ -113,11 +113,7 @@ impl PgStore {
         me: &str,
         ttl: Duration,
     ) -> Result<Vec<ExpiredReplica>, StoreError> {
-        let op = Op {
-            name: "expire_replicas",
-            mode: Mode::Derive(self.fence),
-            bulk: false,
-        };
+        let op = self.derive("expire_replicas");
         self.tx
             .run(op, (me, ttl), |db, (me, ttl)| {
                 Box::pin(expire(db, me, *ttl))
@@ -136,11 +132,7 @@ impl PgStore {
         incarnation: u64,
         drain: bool,
     ) -> Result<bool, StoreError> {
-        let op = Op {
-            name: "set_drain",
-            mode: Mode::Derive(self.fence),
-            bulk: false,
-        };
+        let op = self.derive("set_drain");
         let incarnation = i64::try_from(incarnation).unwrap_or(i64::MAX);
         self.tx
             .run(op, (id, incarnation, drain), |db, (id, inc, drain)| {

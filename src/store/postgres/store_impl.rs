@@ -15,21 +15,13 @@ use crate::store::{ChangeSet, SessionStart, Store, StoreError};
 
 impl PgStore {
     /// A leader's derivation: fenced when this store carries an epoch.
-    fn derive(&self, name: &'static str) -> Op {
-        Op {
-            name,
-            mode: Mode::Derive(self.fence),
-            bulk: false,
-        }
+    pub(super) fn derive(&self, name: &'static str) -> Op {
+        Op::new(name, Mode::Derive(self.fence))
     }
 }
 
 pub(super) fn read(name: &'static str) -> Op {
-    Op {
-        name,
-        mode: Mode::Read,
-        bulk: false,
-    }
+    Op::new(name, Mode::Read)
 }
 
 /// Rows past which a change set is written on a connection of its own
@@ -46,11 +38,7 @@ pub(super) fn bulk_read(name: &'static str) -> Op {
 }
 
 pub(super) fn write(name: &'static str) -> Op {
-    Op {
-        name,
-        mode: Mode::Write,
-        bulk: false,
-    }
+    Op::new(name, Mode::Write)
 }
 
 /// Wakes the leader for `node` if the fact changed it.

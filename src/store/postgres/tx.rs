@@ -93,6 +93,17 @@ pub(super) struct Op {
     pub bulk: bool,
 }
 
+impl Op {
+    /// An operation whose answer fits a pooled connection.
+    pub(super) fn new(name: &'static str, mode: Mode) -> Op {
+        Op {
+            name,
+            mode,
+            bulk: false,
+        }
+    }
+}
+
 /// The pool plus the metrics every call records into. Cheap to clone.
 #[derive(Clone)]
 pub(super) struct Tx {
