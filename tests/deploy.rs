@@ -444,13 +444,14 @@ fn kubernetes_haproxy_matches_the_shipped_settings() {
         Some(p.southbound)
     );
     let service = s(&sts["spec"]["serviceName"], "serviceName");
-    let hosts: Vec<String> = backend.servers().iter().map(|x| x.host.clone()).collect();
+    let hosts: Vec<String> = backend.primaries().iter().map(|x| x.host.clone()).collect();
     let replicas = u(&sts["spec"]["replicas"], "replicas");
     let want: Vec<String> = (0..replicas)
         .map(|i| format!("slim-cp-{i}.{service}.default.svc.cluster.local"))
         .collect();
     assert_eq!(hosts, want);
     assert!(backend.servers().iter().all(|x| x.port == p.southbound));
+    assert_backups_mirror_primaries(backend);
     if let Some(haproxy) = haproxy_support::haproxy() {
         let dir = tempdir("k8s-haproxy");
         let file = dir.join("haproxy.cfg");
@@ -567,7 +568,7 @@ fn compose_cluster_agrees_with_haproxy_and_the_config() {
     ] {
         let b = section(&cfg, "backend", backend);
         let servers = b.servers();
-        let got: BTreeSet<String> = servers.iter().map(|x| x.host.clone()).collect();
+        let got: BTreeSet<String> = b.primaries().iter().map(|x| x.host.clone()).collect();
         assert_eq!(got, hosts, "{backend}: the compose replicas");
         assert!(
             servers.iter().all(|x| x.port == port),
@@ -585,6 +586,27 @@ fn compose_cluster_agrees_with_haproxy_and_the_config() {
             .any(|x| x.as_str() == Some(format!("{port}:{port}").as_str()));
         assert!(exposed, "HAProxy's {frontend} port published");
     }
+}
+
+/// Every checked server has an unchecked `backup` twin at its address and
+/// all of them are used (`option allbackups`): with every replica marked
+/// down, a reconnect still gets HAProxy's retries instead of `<NOSRV>`.
+fn assert_backups_mirror_primaries(b: &Section) {
+    let at = |x: &haproxy_support::Server| (x.host.clone(), x.port);
+    let primaries: Vec<_> = b.primaries().iter().map(at).collect();
+    let backups: Vec<_> = b.servers().into_iter().filter(|x| x.backup).collect();
+    assert_eq!(
+        backups.iter().map(at).collect::<Vec<_>>(),
+        primaries,
+        "{}: one backup per primary, in order",
+        b.name
+    );
+    assert!(
+        backups.iter().all(|x| x.unchecked),
+        "{}: backups are never checked (a checked one would be down too)",
+        b.name
+    );
+    assert!(b.has("option allbackups"), "{}: option allbackups", b.name);
 }
 
 #[test]
@@ -606,7 +628,8 @@ fn the_shipped_haproxy_cfg_checks_readiness_and_redispatches() {
     for b in cfg.iter().filter(|x| x.kind == "backend") {
         assert!(b.has("option httpchk GET /readyz"), "{}", b.name);
         assert!(b.has("http-check expect status 200"), "{}", b.name);
-        assert!(!b.servers().is_empty());
+        assert!(!b.primaries().is_empty());
+        assert_backups_mirror_primaries(b);
     }
     if let Some(haproxy) = haproxy_support::haproxy() {
         haproxy_support::check(&haproxy, &path).unwrap_or_else(|e| panic!("{e}"));

@@ -9,7 +9,9 @@
 //! one holding the node's stream is killed (kill -9): HAProxy sends the
 //! reconnect to the other and the node registers there. With one replica
 //! started again 5 s after a kill -9, the node is lost until restarted;
-//! started again 0.5 s after, HAProxy's retry of the connect reaches it.
+//! started again 0.5 s after, HAProxy's retry of the connect reaches it,
+//! also when the replica was already marked down (the unchecked backup
+//! lines the shipped file has for that case carry the reconnect).
 //!
 //! Needs `haproxy` (apt-get install -y haproxy) and
 //! `scripts/install-upstream.sh slim`; without them each test prints one
@@ -30,7 +32,7 @@ use std::time::{Duration, Instant};
 use cluster_support::{MESH, ReplicaProc};
 use common::pg::{fresh_pg_database, pg_url_for};
 use interop_support::{NodeSpec, SlimNode, TestDir};
-use lb::Lb;
+use lb::{Checks, Lb};
 use slim_cp::proto::nb;
 use slim_cp::proto::nb::control_plane_service_client::ControlPlaneServiceClient;
 use slim_cp::store::model::{NodeRecord, SessionState};
@@ -113,6 +115,7 @@ async fn setup(
     name: &str,
     haproxy: &Path,
     n: usize,
+    checks: Checks,
 ) -> (TestDir, PgStore, Vec<ReplicaProc>, Lb, SlimNode, NodeRecord) {
     let url = pg_url_for(&fresh_pg_database().await);
     let dir = TestDir::new(name);
@@ -122,7 +125,7 @@ async fn setup(
     for r in &mut replicas {
         r.spawn();
     }
-    let lb = Lb::start(haproxy, dir.path(), &replicas);
+    let lb = Lb::start(haproxy, dir.path(), &replicas, checks);
     let node = SlimNode::start(dir.path(), NodeSpec::new("g1", "n1"), &lb.southbound_url());
     let store = PgStore::connect(&url, 2).await.expect("observer connects");
     let first = match poll(MOVE_WITHIN, || ready(&store)).await {
@@ -156,7 +159,8 @@ fn owner(n: &NodeRecord) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_replica_s_node_registers_on_the_other_through_haproxy() {
     let Some(haproxy) = tools() else { return };
-    let (_dir, store, mut replicas, lb, mut node, first) = setup("haproxy-two", &haproxy, 2).await;
+    let (_dir, store, mut replicas, lb, mut node, first) =
+        setup("haproxy-two", &haproxy, 2, Checks::Readyz).await;
     let holder = owner(&first);
     let victim = replicas
         .iter()
@@ -205,8 +209,13 @@ async fn a_killed_replica_s_node_registers_on_the_other_through_haproxy() {
 /// Kills the lone replica (kill -9), starts it again `after` later, and
 /// watches the node for `LOST_FOR`: its record once it registered again
 /// after the kill, or why not.
-async fn restart_lone_replica(name: &str, haproxy: &Path, after: Duration) -> Outcome {
-    let (dir, store, mut replicas, lb, node, first) = setup(name, haproxy, 1).await;
+async fn restart_lone_replica(
+    name: &str,
+    haproxy: &Path,
+    after: Duration,
+    checks: Checks,
+) -> Outcome {
+    let (dir, store, mut replicas, lb, node, first) = setup(name, haproxy, 1, checks).await;
     replicas[0].kill9();
     tokio::time::sleep(after).await;
     replicas[0].spawn();
@@ -251,12 +260,58 @@ impl Outcome {
 /// whose connect to the dead replica fails; HAProxy retries it after its
 /// one-second turn-around, when the replica listens again, and the node
 /// registers. HAProxy's retries (3, about 1 s apart) are all the time a
-/// lone replica has to come back.
+/// lone replica has to come back. Whether the reconnect came before or
+/// after the check marked the replica down, it got the retries: HAProxy
+/// never answered a southbound connection with `<NOSRV>`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lone_replica_back_within_haproxy_s_retries_keeps_the_node() {
     let Some(haproxy) = tools() else { return };
-    let o = restart_lone_replica("haproxy-one-fast", &haproxy, Duration::from_millis(500)).await;
+    back_within_retries("haproxy-one-fast", &haproxy, Checks::Readyz).await;
+}
+
+/// Scenario: as above, but every check fails from the start (checks sent
+/// to a closed port), so the replica is always marked down when the node
+/// reconnects, the case a fast check wins against the node's reconnect
+/// by chance. The shipped unchecked backup twin carries the node's first
+/// registration and its reconnect, retries included, and the node is
+/// back after the restart instead of being turned away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_replica_marked_down_still_gets_the_reconnect_through_its_backup() {
+    let Some(haproxy) = tools() else { return };
+    let (o, sessions) = back_within_retries("haproxy-one-down", &haproxy, Checks::Failing).await;
+    let cfg = haproxy_support::sections(&o.lb.cfg);
+    let backend = haproxy_support::section(&cfg, "backend", "slim_cp_southbound");
+    let backups: Vec<String> = (backend.servers().into_iter())
+        .filter(|s| s.backup)
+        .map(|s| format!(" slim_cp_southbound/{} ", s.name))
+        .collect();
+    assert!(
+        sessions
+            .iter()
+            .all(|l| backups.iter().any(|b| l.contains(b.as_str()))),
+        "every connection went to a backup ({backups:?}): {sessions:#?}"
+    );
+}
+
+/// Restarts the lone replica 0.5 s after its kill and asserts that the
+/// node came back and that every southbound connection HAProxy logged
+/// found a server (none was closed with `<NOSRV>`); returns those log
+/// lines. HAProxy logs a TCP session when it ends: the node's first
+/// stream, broken by the kill, is among them.
+async fn back_within_retries(name: &str, haproxy: &Path, checks: Checks) -> (Outcome, Vec<String>) {
+    let o = restart_lone_replica(name, haproxy, Duration::from_millis(500), checks).await;
     assert!(o.back.is_ok(), "{:?}\n{}", o.back, o.report());
+    let sessions = o.lb.southbound_sessions();
+    assert!(
+        !sessions.is_empty(),
+        "HAProxy logged the node's first stream"
+    );
+    assert!(
+        sessions.iter().all(|l| !l.contains("<NOSRV>")),
+        "a connection met no server: {sessions:#?}\n{}",
+        o.report()
+    );
+    (o, sessions)
 }
 
 /// Scenario (the documented limit): one replica behind HAProxy, killed
@@ -267,7 +322,13 @@ async fn a_lone_replica_back_within_haproxy_s_retries_keeps_the_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lone_replica_back_after_haproxy_s_retries_loses_the_node_until_it_restarts() {
     let Some(haproxy) = tools() else { return };
-    let mut o = restart_lone_replica("haproxy-one-slow", &haproxy, Duration::from_secs(5)).await;
+    let mut o = restart_lone_replica(
+        "haproxy-one-slow",
+        &haproxy,
+        Duration::from_secs(5),
+        Checks::Readyz,
+    )
+    .await;
     assert!(
         o.back.is_err(),
         "the node came back by itself ({:?}): 2.0.0-alpha.2 nodes were documented to \

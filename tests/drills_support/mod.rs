@@ -28,7 +28,7 @@ use crate::interop_support::{
     App, CtlOutput, Delivery, NodeSpec, Running, SUB_ROUTE, SlimNode, TestDir, free_port, poll,
     slimctl_controller, slimctl_controller_v3, start_delivery,
 };
-use crate::lb::Lb;
+use crate::lb::{Checks, Lb};
 pub use held::Link;
 
 /// Messages per delivery round.
@@ -120,7 +120,7 @@ impl Stage {
     pub async fn start(name: &str, line: Line, haproxy: &Path) -> Stage {
         let cluster = Cluster::start(3, MESH).await;
         let dir = TestDir::new(name);
-        let lb = Lb::start(haproxy, dir.path(), &cluster.replicas);
+        let lb = Lb::start(haproxy, dir.path(), &cluster.replicas, Checks::Readyz);
         let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
         let mut nodes = Vec::new();
         // A group's gateway is its first node to register, and HAProxy's

@@ -5,6 +5,9 @@
 //! `#[path = "haproxy_support/lb.rs"] mod lb;` beside `cluster_support`,
 //! `haproxy_support` and `interop_support`.
 
+// Each test binary including this uses its own part.
+#![allow(dead_code)]
+
 use std::path::Path;
 use std::process::Command;
 
@@ -17,24 +20,41 @@ pub struct Lb {
     pub southbound: u16,
     pub northbound: u16,
     pub proc: Proc,
+    /// The configuration HAProxy runs.
+    pub cfg: String,
+}
+
+/// Where HAProxy's health checks go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Checks {
+    /// Each replica's `/readyz`, as shipped.
+    Readyz,
+    /// A port nobody listens on: every checked server stays down and only
+    /// the unchecked backups carry traffic.
+    Failing,
 }
 
 impl Lb {
-    /// Writes `<dir>/haproxy.cfg` (checked with `haproxy -c`), starts
-    /// HAProxy with it and returns once both frontends listen.
-    pub fn start(haproxy: &Path, dir: &Path, replicas: &[ReplicaProc]) -> Lb {
+    /// Writes `<dir>/haproxy.cfg` (checked with `haproxy -c`), its
+    /// health checks sent where `checks` says, starts HAProxy with it and
+    /// returns once both frontends listen.
+    pub fn start(haproxy: &Path, dir: &Path, replicas: &[ReplicaProc], checks: Checks) -> Lb {
         let shipped = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/deploy/haproxy/haproxy.cfg"
         ))
         .expect("the shipped haproxy.cfg");
         let (southbound, northbound) = (free_port(), free_port());
+        let dead = free_port();
         let targets = |port: fn(&ReplicaProc) -> u16| -> Vec<Target> {
             replicas
                 .iter()
                 .map(|r| Target {
                     addr: format!("127.0.0.1:{}", port(r)),
-                    check_port: r.http,
+                    check_port: match checks {
+                        Checks::Readyz => r.http,
+                        Checks::Failing => dead,
+                    },
                 })
                 .collect()
         };
@@ -48,7 +68,7 @@ impl Lb {
             true,
         );
         let file = dir.join("haproxy.cfg");
-        std::fs::write(&file, cfg).expect("haproxy.cfg written");
+        std::fs::write(&file, &cfg).expect("haproxy.cfg written");
         haproxy_support::check(haproxy, &file).unwrap_or_else(|e| panic!("{e}"));
         let mut cmd = Command::new(haproxy);
         cmd.arg("-db").arg("-f").arg(&file);
@@ -59,12 +79,23 @@ impl Lb {
             southbound,
             northbound,
             proc,
+            cfg,
         }
     }
 
     /// What a node's controller client dials.
     pub fn southbound_url(&self) -> String {
         format!("http://127.0.0.1:{}", self.southbound)
+    }
+
+    /// HAProxy's log lines for the southbound frontend's connections.
+    pub fn southbound_sessions(&self) -> Vec<String> {
+        std::fs::read_to_string(self.proc.log_path())
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(" southbound slim_cp_southbound/"))
+            .map(str::to_string)
+            .collect()
     }
 
     /// `127.0.0.1:PORT` of the northbound frontend, as slimctl's `--server`.

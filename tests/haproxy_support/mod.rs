@@ -23,6 +23,10 @@ pub struct Server {
     pub name: String,
     pub host: String,
     pub port: u16,
+    /// `backup`: used only when every primary server is down.
+    pub backup: bool,
+    /// `no-check`: never checked, so always counted up.
+    pub unchecked: bool,
 }
 
 /// The sections of a configuration, in order.
@@ -66,6 +70,7 @@ impl Section {
         })
     }
 
+    /// Every `server` line, primaries and backups.
     pub fn servers(&self) -> Vec<Server> {
         self.lines
             .iter()
@@ -79,9 +84,16 @@ impl Section {
                     name: w[1].to_string(),
                     host: host.to_string(),
                     port: port.parse().ok()?,
+                    backup: w[3..].contains(&"backup"),
+                    unchecked: w[3..].contains(&"no-check"),
                 })
             })
             .collect()
+    }
+
+    /// The servers that are not `backup`.
+    pub fn primaries(&self) -> Vec<Server> {
+        self.servers().into_iter().filter(|s| !s.backup).collect()
     }
 
     /// The port of `port N` on the `default-server` line: where the
@@ -112,10 +124,12 @@ pub struct Target {
 }
 
 /// The shipped configuration with every frontend bound on loopback at
-/// `binds[frontend]` and each backend's servers replaced by `targets`
-/// (traffic address and check port each). Everything else (retries,
-/// redispatch, checks, timeouts) is kept as shipped but `maxconn`, and
-/// `inter`, shortened only if `fast_checks`.
+/// `binds[frontend]` and each backend's servers moved onto `targets`
+/// (traffic address and check port each): the shipped servers of one
+/// address, primary and backup alike, go to one target, in the order the
+/// addresses first appear, each keeping its own settings. Everything else
+/// (retries, redispatch, checks, timeouts) is kept as shipped but
+/// `maxconn`, and `inter`, shortened only if `fast_checks`.
 pub fn on_loopback(
     shipped: &str,
     binds: &[(&str, u16)],
@@ -124,6 +138,8 @@ pub fn on_loopback(
 ) -> String {
     let mut out = String::new();
     let mut current: Option<(String, String)> = None;
+    // The shipped server addresses of the current backend, in order.
+    let mut seen: Vec<String> = Vec::new();
     for raw in shipped.lines() {
         let line = raw.split('#').next().unwrap_or("");
         let indented = raw.starts_with([' ', '\t']);
@@ -132,6 +148,7 @@ pub fn on_loopback(
             let kind = w.next().unwrap_or_default().to_string();
             let name = w.next().unwrap_or_default().to_string();
             current = Some((kind, name));
+            seen.clear();
         }
         let first = line.split_whitespace().next();
         let Some((kind, name)) = &current else {
@@ -152,34 +169,17 @@ pub fn on_loopback(
                     .1;
                 out.push_str(&format!("    bind 127.0.0.1:{port}\n"));
             }
-            ("backend", Some("server")) => {}
-            ("backend", Some("default-server")) => {
-                // No DNS on loopback addresses; keep the check settings.
-                let mut words: Vec<String> = Vec::new();
-                let mut it = line.split_whitespace();
-                while let Some(w) = it.next() {
-                    match w {
-                        "resolvers" | "init-addr" => {
-                            it.next();
-                        }
-                        "inter" if fast_checks => {
-                            it.next();
-                            words.push("inter 200ms".into());
-                        }
-                        _ => words.push(w.to_string()),
-                    }
-                }
-                out.push_str(&format!("    {}\n", words.join(" ")));
+            ("backend", Some("server")) => {
                 let servers = targets
                     .iter()
                     .find(|(b, _)| b == name)
                     .unwrap_or_else(|| panic!("no servers for backend {name}"));
-                for (i, t) in servers.1.iter().enumerate() {
-                    out.push_str(&format!(
-                        "    server s{i} {} port {}\n",
-                        t.addr, t.check_port
-                    ));
+                if let Some(s) = moved_server(line, &mut seen, &servers.1) {
+                    out.push_str(&s);
                 }
+            }
+            ("backend", Some("default-server")) => {
+                out.push_str(&format!("    {}\n", loopback_defaults(line, fast_checks)));
             }
             _ => {
                 out.push_str(raw);
@@ -188,6 +188,46 @@ pub fn on_loopback(
         }
     }
     out
+}
+
+/// A `default-server` line without DNS (loopback addresses need none),
+/// its check settings kept.
+fn loopback_defaults(line: &str, fast_checks: bool) -> String {
+    let mut words: Vec<String> = Vec::new();
+    let mut it = line.split_whitespace();
+    while let Some(w) = it.next() {
+        match w {
+            "resolvers" | "init-addr" => {
+                it.next();
+            }
+            "inter" if fast_checks => {
+                it.next();
+                words.push("inter 200ms".into());
+            }
+            _ => words.push(w.to_string()),
+        }
+    }
+    words.join(" ")
+}
+
+/// One shipped `server NAME ADDR SETTINGS...` line on the target its
+/// address maps to (`seen` holds the addresses met so far), or nothing
+/// when the test has fewer targets than the file has addresses.
+fn moved_server(line: &str, seen: &mut Vec<String>, targets: &[Target]) -> Option<String> {
+    let mut w = line.split_whitespace().skip(1);
+    let (name, addr) = (w.next()?, w.next()?);
+    let settings: Vec<&str> = w.collect();
+    let i = match seen.iter().position(|a| a == addr) {
+        Some(i) => i,
+        None => {
+            seen.push(addr.to_string());
+            seen.len() - 1
+        }
+    };
+    let t = targets.get(i)?;
+    let mut words = vec![format!("server {name} {} port {}", t.addr, t.check_port)];
+    words.extend(settings.iter().map(|s| s.to_string()));
+    Some(format!("    {}\n", words.join(" ")))
 }
 
 /// The `haproxy` binary on PATH. Missing: `None` with one skip line, or a
