@@ -44,6 +44,9 @@ pub struct Metrics {
     /// Reconciles by outcome.
     pub reconciles: Family<Label, Counter>,
     pub reconcile_seconds: Histogram,
+    /// Links deleted and created again to drop routes a node could no
+    /// longer remove (see `reconcile::stranded`).
+    pub links_recreated: Counter,
     /// Relay calls this replica answered, by method and outcome.
     pub relay_calls: Family<Labels, Counter>,
 }
@@ -60,6 +63,7 @@ impl Default for Metrics {
             reconciles: Family::default(),
             // 1 ms to about 16 s.
             reconcile_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
+            links_recreated: Counter::default(),
             relay_calls: Family::default(),
         }
     }
@@ -120,6 +124,11 @@ impl Metrics {
             "reconcile_duration_seconds",
             "Time one reconcile took",
             self.reconcile_seconds.clone(),
+        );
+        r.register(
+            "links_recreated",
+            "Links re-created to drop routes a node could no longer remove",
+            self.links_recreated.clone(),
         );
         r.register(
             "relay_calls",

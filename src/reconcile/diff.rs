@@ -28,6 +28,9 @@ pub struct Step {
     pub creating: Vec<String>,
     /// Tombstoned link ids the command deletes from the node.
     pub deleting: Vec<String>,
+    /// Live link ids the command deletes to create them again at the
+    /// next look (see [`super::stranded`]).
+    pub dropping: Vec<String>,
     /// Tombstones the node no longer holds: drop them now.
     pub gone: Vec<String>,
     /// Route ids the command sets, by (name, link id).
@@ -101,7 +104,7 @@ fn live_routes(entries: &[sb::RouteEntry]) -> BTreeSet<(Name, String)> {
     out
 }
 
-fn wire_route(name: &Name, link_id: &str) -> sb::Route {
+pub(super) fn wire_route(name: &Name, link_id: &str) -> sb::Route {
     sb::Route {
         name: Some(names::to_wire(name)),
         link_id: Some(link_id.to_string()),
@@ -200,4 +203,4 @@ pub fn is_not_found(message: &str) -> bool {
 
 #[cfg(test)]
 #[path = "diff_tests.rs"]
-mod tests;
+pub(super) mod tests;

@@ -1,7 +1,7 @@
 use super::*;
 use crate::store::model::LinkStatus;
 
-fn mk_link(id: &str, source: &str, deleted: bool) -> Link {
+pub(in crate::reconcile) fn mk_link(id: &str, source: &str, deleted: bool) -> Link {
     Link {
         link_id: id.into(),
         source_node: source.into(),
@@ -18,14 +18,14 @@ fn mk_link(id: &str, source: &str, deleted: bool) -> Link {
     }
 }
 
-fn mk_name(last: &str) -> Name {
+pub(in crate::reconcile) fn mk_name(last: &str) -> Name {
     Name {
         components: ["o".into(), "n".into(), last.into()],
         id: None,
     }
 }
 
-fn mk_route(id: &str, source: &str, link: &str, last: &str) -> Route {
+pub(in crate::reconcile) fn mk_route(id: &str, source: &str, link: &str, last: &str) -> Route {
     Route {
         id: id.into(),
         source_node: source.into(),
@@ -38,7 +38,11 @@ fn mk_route(id: &str, source: &str, link: &str, last: &str) -> Route {
     }
 }
 
-fn mk_conn(link: &str, incoming: bool, kind: sb::ConnectionType) -> sb::ConnectionEntry {
+pub(in crate::reconcile) fn mk_conn(
+    link: &str,
+    incoming: bool,
+    kind: sb::ConnectionType,
+) -> sb::ConnectionEntry {
     sb::ConnectionEntry {
         link_id: Some(link.into()),
         direction: if incoming { 1 } else { 0 },
@@ -47,14 +51,14 @@ fn mk_conn(link: &str, incoming: bool, kind: sb::ConnectionType) -> sb::Connecti
     }
 }
 
-fn mk_live_route(last: &str, link: &str) -> sb::RouteEntry {
+pub(in crate::reconcile) fn mk_live_route(last: &str, link: &str) -> sb::RouteEntry {
     sb::RouteEntry {
         name: Some(names::to_wire(&mk_name(last))),
         connections: vec![mk_conn(link, false, sb::ConnectionType::Remote)],
     }
 }
 
-const REMOTE: sb::ConnectionType = sb::ConnectionType::Remote;
+pub(in crate::reconcile) const REMOTE: sb::ConnectionType = sb::ConnectionType::Remote;
 
 #[test]
 fn missing_links_are_created_and_held_ones_left_alone() {

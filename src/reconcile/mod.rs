@@ -9,6 +9,7 @@ pub mod leader;
 pub mod lifecycle;
 pub mod node;
 pub mod queue;
+pub mod stranded;
 pub mod supervisor;
 pub mod working;
 

@@ -9,7 +9,8 @@ use std::time::Duration;
 use tracing::{debug, info, warn};
 
 use super::diff::{self, Live, Step};
-use super::queue::Outcome;
+use super::queue::{Outcome, WorkQueue};
+use super::stranded::{self, Stranded};
 use super::working::LinkWrites;
 use crate::cluster::LeaderToken;
 use crate::names;
@@ -23,6 +24,10 @@ use crate::transport::{Transport, TransportError};
 /// node is looked at again.
 pub const DEFER: Duration = Duration::from_secs(2);
 
+/// How long after deleting a link to drop stranded routes its source is
+/// looked at again to create it: time for the node to close it.
+pub const RECREATE_AFTER: Duration = Duration::from_millis(200);
+
 /// What one reconcile needs.
 pub struct Reconciler {
     pub store: Arc<dyn Store>,
@@ -33,6 +38,9 @@ pub struct Reconciler {
     pub token: LeaderToken,
     pub orphan_detection: bool,
     pub metrics: Arc<Metrics>,
+    /// Links to re-create, and the queue that brings their ends round.
+    pub stranded: Arc<Stranded>,
+    pub queue: Arc<WorkQueue>,
 }
 
 /// Why a reconcile did not converge.
@@ -124,6 +132,13 @@ impl Reconciler {
             routes: &live_routes,
         };
         let mut step = diff::decide(node, &links, &routes, &live, self.orphan_detection);
+        let flagged = |l: &str| self.stranded.is_flagged(l);
+        // Flagged links being created again: their old connection is gone.
+        let again: Vec<String> = (step.creating.iter())
+            .filter(|l| flagged(l))
+            .cloned()
+            .collect();
+        step.drop_links(node, &links, flagged);
         step.defer_links(&self.dead_ends(&links, &step).await);
         let already: Vec<RouteMark> = step
             .already
@@ -147,10 +162,13 @@ impl Reconciler {
                 .command_at(&target, step.command.clone(), &self.token)
                 .await?;
             let t3 = t0.elapsed();
-            self.record(node, &step, &ack).await?;
+            self.strand(node, &links, &stranded::refused_removals(&step, &ack));
+            self.record(node, &step, &ack, &links, &again).await?;
             debug!(node, ?t1, ?t2, ?t3, total = ?t0.elapsed(), "reconciled with a command");
         }
-        Ok(if step.deferred > 0 {
+        Ok(if !step.dropping.is_empty() {
+            Outcome::RequeueAfter(RECREATE_AFTER)
+        } else if step.deferred > 0 {
             Outcome::RequeueAfter(DEFER)
         } else {
             Outcome::Done
@@ -175,6 +193,45 @@ impl Reconciler {
         out
     }
 
+    /// Flags the links whose routes `node` refused to remove as stranded
+    /// and brings their sources round to re-create them.
+    fn strand(&self, node: &str, links: &[Link], refused: &std::collections::BTreeSet<String>) {
+        for id in refused {
+            let Some(link) = links.iter().find(|l| &l.link_id == id) else {
+                warn!(%node, link = %id, "a route the node cannot remove is on a link it does not know");
+                continue;
+            };
+            if self.stranded.flag(id) {
+                warn!(
+                    %node, link = %id, source = %link.source_node,
+                    "the node holds routes it can no longer remove (its control stream \
+                     reconnected); the link's source re-creates the link to drop them"
+                );
+                self.queue.add_urgent(&link.source_node);
+            }
+        }
+    }
+
+    /// After creating flagged links again: counts them, clears their flags
+    /// and looks at their other ends at once, whose routes over them went
+    /// with the old connection.
+    fn recreated(&self, node: &str, answers: &[LinkAnswer], links: &[Link], again: &[String]) {
+        for a in answers
+            .iter()
+            .filter(|a| a.ok && again.contains(&a.link_id))
+        {
+            let Some(link) = links.iter().find(|l| l.link_id == a.link_id) else {
+                continue;
+            };
+            info!(%node, link = %a.link_id, "link re-created; its routes are set again");
+            self.stranded.clear(&a.link_id);
+            self.metrics.links_recreated.inc();
+            if let Some(dest) = link.dest_node.as_deref().filter(|d| *d != node) {
+                self.queue.add_urgent(dest);
+            }
+        }
+    }
+
     /// Records the node's per-item answers, all at once; any failure
     /// makes the whole step fail so the queue retries with backoff.
     async fn record(
@@ -182,9 +239,15 @@ impl Reconciler {
         node: &str,
         step: &Step,
         ack: &sb::ConfigurationCommandAck,
+        links: &[Link],
+        again: &[String],
     ) -> Result<(), ReconcileError> {
         let mut failures = Vec::new();
         let (answers, gone) = link_answers(step, ack, &mut failures);
+        self.recreated(node, &answers, links, again);
+        for l in &gone {
+            self.stranded.clear(l);
+        }
         let marks = route_marks(step, ack, &mut failures);
         let recorded = self
             .store
@@ -217,14 +280,15 @@ fn error_label(e: &ReconcileError) -> &'static str {
 }
 
 /// The answers to the links the step created, and the deleted links the
-/// node no longer holds.
-fn link_answers(
+/// node no longer holds. A link dropped to be created again is neither.
+pub(super) fn link_answers(
     step: &Step,
     ack: &sb::ConfigurationCommandAck,
     failures: &mut Vec<String>,
 ) -> (Vec<LinkAnswer>, Vec<String>) {
     let (mut answers, mut gone) = (Vec::new(), Vec::new());
     for s in &ack.connections_status {
+        let done = s.success || diff::is_not_found(&s.error_msg);
         if step.creating.contains(&s.link_id) {
             answers.push(LinkAnswer {
                 link_id: s.link_id.clone(),
@@ -234,11 +298,11 @@ fn link_answers(
             if !s.success {
                 failures.push(format!("link {}: {}", s.link_id, s.error_msg));
             }
-        } else if step.deleting.contains(&s.link_id) {
-            if s.success || diff::is_not_found(&s.error_msg) {
-                gone.push(s.link_id.clone());
-            } else {
+        } else if step.deleting.contains(&s.link_id) || step.dropping.contains(&s.link_id) {
+            if !done {
                 failures.push(format!("delete {}: {}", s.link_id, s.error_msg));
+            } else if step.deleting.contains(&s.link_id) {
+                gone.push(s.link_id.clone());
             }
         }
     }

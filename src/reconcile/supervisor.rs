@@ -119,6 +119,8 @@ fn start_term(
         token: token.clone(),
         orphan_detection: parts.reconciler.enable_orphan_detection,
         metrics: parts.metrics.clone(),
+        stranded: Arc::default(),
+        queue: queue.clone(),
     });
     let mut tasks = run_workers(
         queue.clone(),

@@ -73,6 +73,14 @@ impl Proxy {
         }
     }
 
+    /// Closes every connection and keeps accepting new ones: each client
+    /// sees its stream end and may dial again at once.
+    pub fn reset(&self) {
+        for c in self.lock().conns.drain(..) {
+            c.abort();
+        }
+    }
+
     /// Forwards nothing more, closes nothing: a partition.
     pub fn blackhole(&self) {
         self.lock().blackholed.send_replace(true);

@@ -164,4 +164,9 @@ impl ControlPlane {
     pub fn report(&self, lines: usize) -> String {
         self.proc.report(lines)
     }
+
+    /// Everything it logged so far.
+    pub fn log(&self) -> String {
+        self.proc.log_text()
+    }
 }
