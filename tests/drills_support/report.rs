@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{DURING, Line, MSGS, Settled};
+use super::{Across, Line, MSGS, Settled};
 
 pub struct Report {
     pub drill: &'static str,
@@ -16,9 +16,8 @@ pub struct Report {
     pub since: &'static str,
     /// Messages delivered before the fault, and after reconvergence.
     pub delivered: (u64, u64),
-    /// Of [`DURING`] messages published across the fault, how many
-    /// arrived (`None`: the subscriber reported no count), when measured.
-    pub during: Option<Option<u64>>,
+    /// The messages published across the fault, when measured.
+    pub during: Option<Across>,
     pub before: Settled,
     pub after: Settled,
     /// Node processes not running at the end (must be 0).
@@ -68,12 +67,18 @@ impl Report {
     }
 
     fn during_text(&self) -> String {
-        match self.during {
-            None => "messages across the fault not measured".to_string(),
-            Some(None) => format!("messages across the fault: no count of {DURING}"),
-            Some(Some(n)) => format!(
-                "messages across the fault {n}/{DURING} ({} lost)",
-                DURING.saturating_sub(n)
+        let Some(a) = self.during else {
+            return "messages across the fault not measured".to_string();
+        };
+        let rate = a
+            .rate
+            .map_or(String::new(), |r| format!(", published at {r} a second"));
+        match a.received {
+            None => format!("messages across the fault: no count of {}{rate}", a.sent),
+            Some(n) => format!(
+                "messages across the fault {n}/{} ({} lost{rate})",
+                a.sent,
+                a.sent.saturating_sub(n)
             ),
         }
     }

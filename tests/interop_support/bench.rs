@@ -120,6 +120,8 @@ pub fn deliver_between(
 pub struct Running {
     sub: Proc,
     publisher: Proc,
+    /// How many messages the publisher sends.
+    pub msgs: u64,
 }
 
 /// Starts what [`deliver_between`] runs, without waiting for the end.
@@ -159,6 +161,7 @@ pub fn start_delivery(
     Running {
         sub: sub_proc,
         publisher: pub_proc,
+        msgs,
     }
 }
 
@@ -191,6 +194,17 @@ impl Running {
             sub_log,
             pub_log: self.publisher.log_text(),
         }
+    }
+}
+
+impl Delivery {
+    /// The publisher's own rate, from its `Pub stats: N msgs/sec` line.
+    pub fn pub_rate(&self) -> Option<u64> {
+        self.pub_log.lines().find_map(|l| {
+            let rest = l.trim().strip_prefix("Pub stats:")?;
+            let n = rest.split_whitespace().next()?;
+            n.replace(',', "").parse().ok()
+        })
     }
 }
 

@@ -202,7 +202,8 @@ impl TestDir {
 
 impl Drop for TestDir {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        // SLIM_CP_KEEP_TEST_DIRS=1 keeps them after a pass too, to read.
+        if std::thread::panicking() || std::env::var_os("SLIM_CP_KEEP_TEST_DIRS").is_some() {
             eprintln!("test files kept in {}", self.path.display());
         } else {
             let _ = std::fs::remove_dir_all(&self.path);
