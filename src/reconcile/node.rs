@@ -3,6 +3,7 @@
 //! node's answers. Returns what the queue should do next; errors go through
 //! [`policy`], the one place that maps a failure to a next action.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -132,7 +133,8 @@ impl Reconciler {
             routes: &live_routes,
         };
         let mut step = diff::decide(node, &links, &routes, &live, self.orphan_detection);
-        let flagged = |l: &str| self.stranded.is_flagged(l);
+        let session = target.session();
+        let flagged = |l: &str| self.stranded.is_flagged(l, session);
         // Flagged links being created again: their old connection is gone.
         let again: Vec<String> = (step.creating.iter())
             .filter(|l| flagged(l))
@@ -162,7 +164,8 @@ impl Reconciler {
                 .command_at(&target, step.command.clone(), &self.token)
                 .await?;
             let t3 = t0.elapsed();
-            self.strand(node, &links, &stranded::refused_removals(&step, &ack));
+            self.strand(node, &links, &stranded::refused_removals(&step, &ack))
+                .await;
             self.record(node, &step, &ack, &links, &again).await?;
             debug!(node, ?t1, ?t2, ?t3, total = ?t0.elapsed(), "reconciled with a command");
         }
@@ -195,13 +198,17 @@ impl Reconciler {
 
     /// Flags the links whose routes `node` refused to remove as stranded
     /// and brings their sources round to re-create them.
-    fn strand(&self, node: &str, links: &[Link], refused: &std::collections::BTreeSet<String>) {
+    async fn strand(&self, node: &str, links: &[Link], refused: &BTreeSet<String>) {
         for id in refused {
             let Some(link) = links.iter().find(|l| &l.link_id == id) else {
                 warn!(%node, link = %id, "a route the node cannot remove is on a link it does not know");
                 continue;
             };
-            if self.stranded.flag(id) {
+            // A source away now drops the link itself when it registers.
+            let Ok(source) = self.transport.target(&link.source_node).await else {
+                continue;
+            };
+            if self.stranded.flag(id, source.session()) {
                 warn!(
                     %node, link = %id, source = %link.source_node,
                     "the node holds routes it can no longer remove (its control stream \

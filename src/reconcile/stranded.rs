@@ -12,8 +12,10 @@
 //! next look with its own routes over it, and then the other end is
 //! looked at at once to set again the routes it still should hold.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
+
+use uuid::Uuid;
 
 use super::diff::Step;
 use crate::proto::sb;
@@ -26,27 +28,41 @@ pub fn is_stranded(message: &str) -> bool {
         .contains("subscription id not found")
 }
 
-/// Links flagged for re-creation, kept by the leader for its term (a new
-/// leader meets the same refusal and flags them again).
+/// Links flagged for re-creation, each with the session of its source
+/// when it was flagged, kept by the leader for its term (a new leader
+/// meets the same refusal and flags them again). A source that has
+/// registered since dropped the link itself, and got it anew from its
+/// registration: its flag no longer holds.
 #[derive(Default)]
-pub struct Stranded(Mutex<BTreeSet<String>>);
+pub struct Stranded(Mutex<BTreeMap<String, Uuid>>);
 
 impl Stranded {
-    fn set(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Uuid>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Flags `link_id`; `true` if it was not flagged yet.
-    pub fn flag(&self, link_id: &str) -> bool {
-        self.set().insert(link_id.to_string())
+    /// Flags `link_id` for its source's `session`; `true` if it was not
+    /// flagged for that session yet.
+    pub fn flag(&self, link_id: &str, session: Uuid) -> bool {
+        self.map().insert(link_id.to_string(), session) != Some(session)
     }
 
-    pub fn is_flagged(&self, link_id: &str) -> bool {
-        self.set().contains(link_id)
+    /// Whether `link_id` is flagged for the source's current `session`;
+    /// a flag of an earlier session is dropped.
+    pub fn is_flagged(&self, link_id: &str, session: Uuid) -> bool {
+        let mut map = self.map();
+        match map.get(link_id) {
+            Some(s) if *s == session => true,
+            Some(_) => {
+                map.remove(link_id);
+                false
+            }
+            None => false,
+        }
     }
 
     pub fn clear(&self, link_id: &str) {
-        self.set().remove(link_id);
+        self.map().remove(link_id);
     }
 }
 

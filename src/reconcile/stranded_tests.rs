@@ -119,11 +119,22 @@ fn a_dropped_link_is_neither_answered_nor_gone() {
 }
 
 #[test]
-fn flags_are_set_once_and_cleared() {
+fn flags_hold_for_the_source_s_session_and_are_cleared() {
+    let (first, second) = (Uuid::from_u128(1), Uuid::from_u128(2));
     let s = Stranded::default();
-    assert!(s.flag("l-1"));
-    assert!(!s.flag("l-1"), "already flagged");
-    assert!(s.is_flagged("l-1"));
+    assert!(s.flag("l-1", first));
+    assert!(!s.flag("l-1", first), "already flagged");
+    assert!(s.is_flagged("l-1", first));
     s.clear("l-1");
-    assert!(!s.is_flagged("l-1"));
+    assert!(!s.is_flagged("l-1", first));
+    assert!(s.flag("l-1", first));
+    assert!(
+        !s.is_flagged("l-1", second),
+        "the source registered again: it dropped the link itself"
+    );
+    assert!(!s.is_flagged("l-1", first), "and the flag is gone");
+    assert!(
+        s.flag("l-1", second),
+        "a new session's refusal flags it again"
+    );
 }

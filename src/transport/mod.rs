@@ -65,6 +65,16 @@ pub enum Target {
     Remote(Location),
 }
 
+impl Target {
+    /// The session it reaches.
+    pub fn session(&self) -> uuid::Uuid {
+        match self {
+            Target::Local(stream) => stream.session(),
+            Target::Remote(at) => at.session,
+        }
+    }
+}
+
 /// Commands this replica handled, for status and metrics: sent ones were
 /// either acked or failed (no reply, a refusal); fenced ones never left.
 #[derive(Debug, Default)]
