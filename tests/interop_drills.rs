@@ -45,7 +45,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use drills_support::report::{Report, moved};
-use drills_support::{DURING, Line, SUB_GROUP, Stage};
+use drills_support::{Line, SUB_GROUP, Stage};
 use interop_support::Running;
 
 /// One test per upstream line for `$drill(line, haproxy)`: module
@@ -87,7 +87,7 @@ async fn kill_the_leader(line: Line, haproxy: &Path) {
     let mut stage = Stage::start(&name, line, haproxy).await;
     let first = stage.deliver_all(&stage.before.link, "before the fault");
     let (leader, epoch) = stage.cluster.leader().await;
-    let mut publishing = stage.start_publishing(DURING);
+    let mut publishing = stage.start_publishing();
     stage.cluster.replicas[leader].kill9();
     let at = Instant::now();
     assert!(
@@ -119,7 +119,7 @@ async fn kill_the_follower_holding_the_apps(line: Line, haproxy: &Path) {
         .filter(|n| stage.before.owners.get(n) == Some(&victim_id))
         .collect();
     let first = stage.deliver_all(&stage.before.link, "before the fault");
-    let mut publishing = stage.start_publishing(DURING);
+    let mut publishing = stage.start_publishing();
     stage.cluster.replicas[victim].kill9();
     let at = Instant::now();
     assert!(

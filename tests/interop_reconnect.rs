@@ -119,5 +119,4 @@ fn a_route_kept_across_a_reconnect_leaves_the_node_with_its_app() {
         1,
         "the link was re-created once"
     );
-    drop(proxy);
 }

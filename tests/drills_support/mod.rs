@@ -38,10 +38,9 @@ pub const MSGS: u64 = 200;
 /// `bench pub` sends here, a publish that spans the moments after it.
 pub const DURING: u64 = 60_000;
 
-/// Messages published across a fault.
+/// What came of the [`DURING`] messages published across a fault.
 #[derive(Debug, Clone, Copy)]
 pub struct Across {
-    pub sent: u64,
     /// As the subscriber counted them (`None`: it printed no count).
     pub received: Option<u64>,
     /// The publisher's own rate, messages a second.
@@ -293,10 +292,10 @@ impl Stage {
         )
     }
 
-    /// Starts `msgs` messages across the fleet's link and returns once
+    /// Starts [`DURING`] messages across the fleet's link and returns once
     /// the publisher sends: the fault comes next, while they flow.
-    pub fn start_publishing(&self, msgs: u64) -> Running {
-        let mut running = self.start_delivery(&self.before.link, msgs);
+    pub fn start_publishing(&self) -> Running {
+        let mut running = self.start_delivery(&self.before.link, DURING);
         if let Err(log) = running.wait_publishing(PATIENCE) {
             panic!("the publisher of the messages during the fault never sent: {log}");
         }
@@ -306,11 +305,9 @@ impl Stage {
     /// Waits for the messages published across a fault to end, then until
     /// their apps' routes over `link` are gone (as after any delivery).
     pub fn finish_publishing(&self, running: Running, link: &Link) -> Across {
-        let sent = running.msgs;
         let d = running.finish();
         self.wait_quiet(link);
         Across {
-            sent,
             received: d.received,
             rate: d.pub_rate(),
         }

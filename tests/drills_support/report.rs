@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Across, Line, MSGS, Settled};
+use super::{Across, DURING, Line, MSGS, Settled};
 
 pub struct Report {
     pub drill: &'static str,
@@ -16,7 +16,7 @@ pub struct Report {
     pub since: &'static str,
     /// Messages delivered before the fault, and after reconvergence.
     pub delivered: (u64, u64),
-    /// The messages published across the fault, when measured.
+    /// The [`DURING`] messages published across the fault, when measured.
     pub during: Option<Across>,
     pub before: Settled,
     pub after: Settled,
@@ -74,11 +74,10 @@ impl Report {
             .rate
             .map_or(String::new(), |r| format!(", published at {r} a second"));
         match a.received {
-            None => format!("messages across the fault: no count of {}{rate}", a.sent),
+            None => format!("messages across the fault: no count of {DURING}{rate}"),
             Some(n) => format!(
-                "messages across the fault {n}/{} ({} lost{rate})",
-                a.sent,
-                a.sent.saturating_sub(n)
+                "messages across the fault {n}/{DURING} ({} lost{rate})",
+                DURING.saturating_sub(n)
             ),
         }
     }

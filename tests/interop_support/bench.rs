@@ -120,8 +120,6 @@ pub fn deliver_between(
 pub struct Running {
     sub: Proc,
     publisher: Proc,
-    /// How many messages the publisher sends.
-    pub msgs: u64,
 }
 
 /// Starts what [`deliver_between`] runs, without waiting for the end.
@@ -161,7 +159,6 @@ pub fn start_delivery(
     Running {
         sub: sub_proc,
         publisher: pub_proc,
-        msgs,
     }
 }
 
