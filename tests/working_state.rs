@@ -352,3 +352,76 @@ fn postgres_incremental_state_equals_a_full_rebuild() {
         async move { store }
     });
 }
+
+/// Scenario: a destination's claim fact reaches the leader before the
+/// signal of the source's new session, whose connection it reports (the
+/// two signals travel apart). The claim is made under that session, so
+/// the source's late signal finds the link claimed, rather than outdated
+/// with the claim fact already spent.
+async fn a_claim_ahead_of_its_sources_signal_is_made_under_the_new_session(store: Arc<dyn Store>) {
+    let (source, dest) = (0, 1);
+    let mut w = World::new(store.clone());
+    let steps = [
+        Op::Register(source),
+        Op::Register(dest),
+        Op::Batch,
+        Op::Claim(dest),
+        Op::Batch,
+        Op::End(source, false),
+        Op::Batch,
+        Op::Register(source),
+    ];
+    for op in &steps {
+        w.run(op).await.expect("a step");
+    }
+    let late = w.signalled.remove(&node(source));
+    assert!(late, "the source's registration signalled it");
+    w.run(&Op::Claim(dest)).await.expect("the claim");
+    w.run(&Op::Batch).await.expect("the batch of the claim");
+    w.signalled.insert(node(source));
+    w.run(&Op::Batch)
+        .await
+        .expect("the batch of the late signal");
+    let links = store.list_links().await.expect("the links");
+    let live: Vec<_> = links
+        .iter()
+        .filter(|l| !l.deleted && l.link_id.contains(&w.prefix))
+        .collect();
+    assert_eq!(live.len(), 1, "one link: {links:?}");
+    let generation = store
+        .get_node(&node(source))
+        .await
+        .expect("read")
+        .expect("the source")
+        .generation;
+    assert_eq!(
+        live[0].status,
+        slim_cp::store::model::LinkStatus::Applied,
+        "{:?}",
+        live[0]
+    );
+    let claim = live[0].claim.expect("claimed");
+    assert_eq!(
+        claim.source_generation, generation,
+        "under the source's new session"
+    );
+}
+
+#[test]
+fn memory_a_claim_ahead_of_its_sources_signal_is_made_under_the_new_session() {
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    rt.block_on(
+        a_claim_ahead_of_its_sources_signal_is_made_under_the_new_session(Arc::new(
+            MemoryStore::new(),
+        )),
+    );
+}
+
+#[test]
+fn postgres_a_claim_ahead_of_its_sources_signal_is_made_under_the_new_session() {
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    rt.block_on(async {
+        let store = common::pg::fresh_pg_store().await;
+        a_claim_ahead_of_its_sources_signal_is_made_under_the_new_session(store).await
+    });
+}

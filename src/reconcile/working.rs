@@ -185,17 +185,47 @@ impl WorkingState {
             store.templates_of(&ids),
             store.get_links(&written)
         );
-        match read {
-            Ok((fresh_nodes, fresh_templates, fresh_links)) => {
-                self.merge_nodes(&ids, fresh_nodes, fresh_templates);
-                self.merge_links(&written, fresh_links);
-                Ok(())
-            }
-            Err(e) => {
-                self.invalidate();
-                Err(e)
-            }
+        let (fresh_nodes, fresh_templates, fresh_links) = self.unless_failed(read)?;
+        let sources = self.claimed_sources(&ids, &fresh_nodes);
+        self.merge_nodes(&ids, fresh_nodes, fresh_templates);
+        self.merge_links(&written, fresh_links);
+        if sources.is_empty() {
+            return Ok(());
         }
+        // Read after the claims: a claim fact comes from a connection the
+        // source dialed under a session it had registered by then, so this
+        // read holds that session. Claimed under the older generation the
+        // rows held, the link would look outdated once the source's own
+        // signal arrived, with its claim fact already spent.
+        let read = tokio::try_join!(store.get_nodes(&sources), store.templates_of(&sources));
+        let (fresh_nodes, fresh_templates) = self.unless_failed(read)?;
+        self.merge_nodes(&sources, fresh_nodes, fresh_templates);
+        Ok(())
+    }
+
+    /// `read`'s rows; after an error, the next refresh reads everything.
+    fn unless_failed<T>(&mut self, read: Result<T, StoreError>) -> Result<T, StoreError> {
+        if read.is_err() {
+            self.invalidate();
+        }
+        read
+    }
+
+    /// The sources, other than `read`, of the links that `fresh` records
+    /// claim.
+    fn claimed_sources(&self, read: &[String], fresh: &[NodeRecord]) -> Vec<String> {
+        let Some(rows) = self.rows.as_ref() else {
+            return Vec::new();
+        };
+        let claimed: BTreeSet<&str> = fresh.iter().flat_map(NodeRecord::claimed_links).collect();
+        let sources: BTreeSet<&str> = rows
+            .links
+            .iter()
+            .filter(|l| claimed.contains(l.link_id.as_str()))
+            .map(|l| l.source_node.as_str())
+            .filter(|s| !read.iter().any(|r| r == s))
+            .collect();
+        sources.into_iter().map(str::to_string).collect()
     }
 
     fn loaded(&mut self, rows: Rows) {

@@ -152,10 +152,7 @@ fn external(n: &NodeRecord) -> Option<&str> {
 }
 
 fn holds_incoming(n: &NodeRecord, link_id: &str) -> bool {
-    n.received_links.iter().any(|l| l == link_id)
-        || n.reported_connections
-            .iter()
-            .any(|c| c.incoming && c.link_id == link_id)
+    n.claimed_links().any(|l| l == link_id)
 }
 
 /// Plans the links of every pair. `new_id` mints link ids; `now` stamps

@@ -152,6 +152,15 @@ impl NodeRecord {
         self.session.is_some()
     }
 
+    /// The links whose incoming end the node says it holds, received
+    /// during its session or reported at its registration: its claims.
+    pub fn claimed_links(&self) -> impl Iterator<Item = &str> {
+        let reported = self.reported_connections.iter().filter(|c| c.incoming);
+        let reported = reported.map(|c| c.link_id.as_str());
+        let received = self.received_links.iter().map(String::as_str);
+        received.chain(reported)
+    }
+
     /// The session, if it is ready for commands.
     pub fn ready_session(&self) -> Option<&Session> {
         self.session
