@@ -16,20 +16,31 @@ use interop_support::{CpConfig, NodeSpec, Scenario, Table, slimctl_controller_v3
 
 const SECRET: &str = "blue-domain-secret-0123456789abcdef";
 
+/// A sealing key for the domain secrets a Postgres run stores (32 bytes,
+/// base64); the memory store seals with a key of the process.
+const SEAL_KEY: &str = "c2xpbS1jcCBpbnRlcm9wIHRlc3Qgc2VhbGluZyBrZXk=";
+
 /// API mode with shared-secret registration auth and no configured group:
-/// every domain comes through the API (the memory store seals with a key
-/// of the process).
-fn mk_domain_scenario(name: &str) -> Scenario {
+/// every domain comes through the API.
+fn mk_domain_scenario(name: &str, cfg: CpConfig) -> Scenario {
     let auth = "  registration_auth:\n    type: shared_secret\n    secrets: {}\n";
-    Scenario::new(name, CpConfig::slim_cp().with_topology(auth))
+    Scenario::new(name, cfg.with_topology(auth))
+}
+
+/// slim-cp on a fresh Postgres database, with a key to seal secrets.
+fn on_postgres() -> CpConfig {
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    let db = rt.block_on(common::pg::fresh_pg_database());
+    let url = common::pg::pg_url_for(&db);
+    CpConfig::slim_cp()
+        .on_postgres(&url)
+        .with_env(slim_cp::auth::sealing::KEY_ENV, SEAL_KEY)
 }
 
 /// `slimctl` 3.4.6 adds, lists and removes a domain; the secret is never
 /// printed; removing it twice is an error with a reason; `node list` works.
-#[test]
-fn slimctl_3_manages_domains() {
-    require_upstream_v3!("slimctl");
-    let s = mk_domain_scenario("v3-domains");
+fn slimctl_3_manages_domains(name: &str, cfg: CpConfig) {
+    let s = mk_domain_scenario(name, cfg);
     let nb = s.cp.northbound_addr();
     let ctl = |args: &[&str]| slimctl_controller_v3(s.dir.path(), &nb, args);
 
@@ -59,6 +70,18 @@ fn slimctl_3_manages_domains() {
     let nodes = ctl(&["node", "list"]);
     assert!(nodes.ok(), "{nodes}");
     assert_eq!(nodes.count(), Some(0), "{nodes}");
+}
+
+#[test]
+fn slimctl_3_manages_domains_on_memory() {
+    require_upstream_v3!("slimctl");
+    slimctl_3_manages_domains("v3-domains-memory", CpConfig::slim_cp());
+}
+
+#[test]
+fn slimctl_3_manages_domains_on_postgres() {
+    require_upstream_v3!("slimctl");
+    slimctl_3_manages_domains("v3-domains-postgres", on_postgres());
 }
 
 /// Without shared-secret auth, adding a domain is refused the way the
@@ -103,10 +126,8 @@ fn node_status(t: &Table, id: &str) -> String {
 /// added through `slimctl` 3.4.6: it is Connected and listed under its
 /// domain; once the domain is removed its stream is closed and it is
 /// refused when it registers again, so it stays NotConnected.
-#[test]
-fn a_3x_node_registers_with_a_domain_secret_added_by_slimctl() {
-    require_upstream_v3!("slim", "slimctl");
-    let mut s = mk_domain_scenario("v3-domain-node");
+fn a_3x_node_registers_with_a_domain_secret_added_by_slimctl(name: &str, cfg: CpConfig) {
+    let mut s = mk_domain_scenario(name, cfg);
     let nb = s.cp.northbound_addr();
     let added = slimctl_controller_v3(s.dir.path(), &nb, &["domain", "add", "blue", SECRET]);
     assert!(added.ok(), "{added}");
@@ -123,6 +144,20 @@ fn a_3x_node_registers_with_a_domain_secret_added_by_slimctl() {
     wait_table(&s, &["node", "list"], "blue/n1 NotConnected", |t| {
         node_status(t, "blue/n1") == "NotConnected"
     });
+}
+
+#[test]
+fn a_3x_node_registers_with_a_domain_secret_added_by_slimctl_on_memory() {
+    require_upstream_v3!("slim", "slimctl");
+    let cfg = CpConfig::slim_cp();
+    a_3x_node_registers_with_a_domain_secret_added_by_slimctl("v3-domain-node-memory", cfg);
+}
+
+#[test]
+fn a_3x_node_registers_with_a_domain_secret_added_by_slimctl_on_postgres() {
+    require_upstream_v3!("slim", "slimctl");
+    let cfg = on_postgres();
+    a_3x_node_registers_with_a_domain_secret_added_by_slimctl("v3-domain-node-postgres", cfg);
 }
 
 /// The proof across groups with the 3.x line on both ends, all through
@@ -152,7 +187,8 @@ fn v3_cross_group_delivery(name: &str, cfg: CpConfig) {
     let linked = ctl(&["link", "add", "g1", "g2"]);
     assert!(linked.ok(), "{linked}");
     wait_table(&s, &["link", "list"], "the g1-g2 link applied", |t| {
-        t.rows.len() == 1
+        let applied = |r: &Vec<String>| t.cell(r, "STATUS").contains("APPLIED");
+        t.rows.len() == 1 && t.rows.first().is_some_and(applied)
     });
     let segments = ctl(&["segment", "list"]);
     let t = segments.table();
@@ -173,8 +209,5 @@ fn slimctl_3_links_3x_domains_and_messages_cross_on_memory() {
 #[test]
 fn slimctl_3_links_3x_domains_and_messages_cross_on_postgres() {
     require_upstream_v3!("slim", "slimctl");
-    let rt = tokio::runtime::Runtime::new().expect("a runtime");
-    let db = rt.block_on(common::pg::fresh_pg_database());
-    let cfg = CpConfig::slim_cp().on_postgres(&common::pg::pg_url_for(&db));
-    v3_cross_group_delivery("v3-e2e-postgres", cfg);
+    v3_cross_group_delivery("v3-e2e-postgres", on_postgres());
 }

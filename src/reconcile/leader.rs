@@ -16,6 +16,7 @@ use tracing::{debug, info, warn};
 
 use super::derive::derive;
 use super::lifecycle::{Seen, Transition, transitions};
+use super::pacing::{Affected, Pacing};
 use super::queue::WorkQueue;
 use super::working::WorkingState;
 use crate::cluster::{Batch, Inbox, LeaderToken, Signals};
@@ -26,12 +27,6 @@ use crate::store::{Store, StoreError};
 /// A floor for the full resync, whatever `reconcile_period` says: a missed
 /// signal must never leave a node underived for long.
 pub const RESYNC_FLOOR: Duration = Duration::from_secs(60);
-
-/// Nodes a derivation affected are queued for reconciliation once no
-/// derivation has affected any node for this long (see [`Affected`]).
-pub const COALESCE_QUIET: Duration = Duration::from_millis(30);
-/// ... or at the latest this long after the first of them.
-pub const COALESCE_MAX: Duration = Duration::from_millis(150);
 
 /// How long to wait before retrying after a failed derivation.
 const RETRY_DELAY: Duration = Duration::from_millis(500);
@@ -49,47 +44,7 @@ pub struct Leader {
     sweep: bool,
     token: LeaderToken,
     affected: Affected,
-}
-
-/// Nodes whose desired state changed, waiting to be queued. The
-/// derivations of one moment (a burst of registrations, link claims
-/// answering each other) then reach a node as one command rather than one
-/// per derivation. A fast store derives often and a slow one seldom:
-/// queued at once, the same fleet cost more commands the faster its store
-/// was (issue 12).
-#[derive(Default)]
-struct Affected {
-    nodes: BTreeSet<String>,
-    /// When the first of `nodes` and the latest came.
-    first: Option<Instant>,
-    last: Option<Instant>,
-}
-
-impl Affected {
-    fn add<'a>(&mut self, nodes: impl IntoIterator<Item = &'a String>) {
-        let mut any = false;
-        for n in nodes {
-            any = true;
-            self.nodes.insert(n.clone());
-        }
-        if any {
-            let now = Instant::now();
-            self.first.get_or_insert(now);
-            self.last = Some(now);
-        }
-    }
-
-    /// When the nodes are due: after a quiet spell, or at the latest
-    /// [`COALESCE_MAX`] after the first.
-    fn due(&self) -> Option<Instant> {
-        let (first, last) = (self.first?, self.last?);
-        Some((last + COALESCE_QUIET).min(first + COALESCE_MAX))
-    }
-
-    fn take(&mut self) -> BTreeSet<String> {
-        (self.first, self.last) = (None, None);
-        std::mem::take(&mut self.nodes)
-    }
+    pacing: Pacing,
 }
 
 impl Leader {
@@ -119,6 +74,7 @@ impl Leader {
             sweep,
             token,
             affected: Affected::default(),
+            pacing: Pacing::default(),
         }
     }
 
@@ -134,9 +90,7 @@ impl Leader {
             tokio::select! {
                 _ = cancel.cancelled() => break,
                 // Urgent: the periodic sweep must not hold them back.
-                _ = sleep_until(due) => {
-                    self.affected.take().iter().for_each(|n| self.queue.add_urgent(n));
-                }
+                _ = sleep_until(due) => self.release_affected(),
                 _ = tick.tick() => self.resync(self.sweep).await,
                 batch = self.inbox.next_batch() => {
                     if let Err(e) = self.take(batch).await {
@@ -228,7 +182,7 @@ impl Leader {
                     written = ?d.written,
                     "derived"
                 );
-                self.affected.add(d.affected.iter().chain(&arrived));
+                self.affected.add(&d.affected, &arrived);
                 if let Some(after) = d.recheck_in {
                     self.derive_again(after);
                 }
@@ -241,6 +195,21 @@ impl Leader {
             }
         }
         Ok(())
+    }
+
+    /// Queues the affected nodes that are due: those whose desired state
+    /// changed in the urgent lane, unless [`Pacing`] holds them, so that a
+    /// registration burst's looks at nodes with nothing to send (the
+    /// routine lane) do not hold back the gateways' commands.
+    fn release_affected(&mut self) {
+        let now = Instant::now();
+        let (changed, arrived) = self.affected.take(now);
+        let (go, held) = self.pacing.release(self.state.rows(), changed, now);
+        go.iter().for_each(|n| self.queue.add_urgent(n));
+        for (n, until) in held {
+            self.affected.hold(n, until);
+        }
+        arrived.iter().for_each(|n| self.queue.add(n));
     }
 
     /// The batch's node records as the working state holds them.
@@ -343,40 +312,4 @@ struct Observed {
     arrived: bool,
     /// A transition changed the store (the batch's look is stale).
     wrote: bool,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ids(names: &[&str]) -> Vec<String> {
-        names.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn affected_nodes_wait_for_a_quiet_spell() {
-        let mut a = Affected::default();
-        assert_eq!(a.due(), None);
-        a.add(&ids(&[]));
-        assert_eq!(a.due(), None, "a derivation that affected nothing");
-        let t0 = Instant::now();
-        a.add(&ids(&["g/n1"]));
-        assert_eq!(a.due(), Some(t0 + COALESCE_QUIET));
-        tokio::time::advance(COALESCE_QUIET / 2).await;
-        a.add(&ids(&["g/n1", "g/n2"]));
-        assert_eq!(a.due(), Some(Instant::now() + COALESCE_QUIET));
-        assert_eq!(a.take(), ["g/n1", "g/n2"].map(String::from).into());
-        assert_eq!(a.due(), None);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn affected_nodes_never_wait_past_the_cap() {
-        let mut a = Affected::default();
-        let t0 = Instant::now();
-        while Instant::now() < t0 + COALESCE_MAX * 2 {
-            a.add(&ids(&["g/n1"]));
-            assert!(a.due().unwrap() <= t0 + COALESCE_MAX);
-            tokio::time::advance(COALESCE_QUIET / 2).await;
-        }
-    }
 }

@@ -8,6 +8,7 @@ pub mod diff;
 pub mod leader;
 pub mod lifecycle;
 pub mod node;
+pub mod pacing;
 pub mod queue;
 pub mod stranded;
 pub mod supervisor;

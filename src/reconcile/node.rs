@@ -19,7 +19,7 @@ use crate::ops::Metrics;
 use crate::proto::sb;
 use crate::store::model::{Link, LinkAnswer, RouteMark, RouteStatus};
 use crate::store::{Store, StoreError};
-use crate::transport::{Transport, TransportError};
+use crate::transport::{Target, Transport, TransportError};
 
 /// How long a route whose link is not on the node yet waits before the
 /// node is looked at again.
@@ -109,24 +109,20 @@ impl Reconciler {
 
     async fn reconcile(&self, node: &str) -> Result<Outcome, ReconcileError> {
         let t0 = tokio::time::Instant::now();
-        // The three lookups are independent: one round trip's wait, not three.
-        let (target, links, routes) = tokio::join!(
-            self.transport.target(node),
+        // The node's tables and the desired state are independent: one
+        // round trip's wait (the longer of the two), not two in a row.
+        let (looked, links, routes) = tokio::join!(
+            self.look(node),
             self.store.links_touching(node),
             self.store.routes_sourced(node)
         );
-        let target = match target {
-            Ok(t) => t,
+        let (target, conns, live_routes) = match looked {
+            Ok(found) => found,
             // Not connected anywhere: its next registration enqueues it.
             Err(TransportError::NotConnected(_)) => return Ok(Outcome::Done),
             Err(e) => return Err(e.into()),
         };
         let (links, routes) = (links?, routes?);
-        let t1 = t0.elapsed();
-        let (conns, live_routes) = tokio::try_join!(
-            self.transport.list_connections_at(&target),
-            self.transport.list_routes_at(&target)
-        )?;
         let t2 = t0.elapsed();
         let live = Live {
             connections: &conns,
@@ -167,7 +163,7 @@ impl Reconciler {
             self.strand(node, &links, &stranded::refused_removals(&step, &ack))
                 .await;
             self.record(node, &step, &ack, &links, &again).await?;
-            debug!(node, ?t1, ?t2, ?t3, total = ?t0.elapsed(), "reconciled with a command");
+            debug!(node, looked = ?t2, commanded = ?t3, total = ?t0.elapsed(), "reconciled with a command");
         }
         Ok(if !step.dropping.is_empty() {
             Outcome::RequeueAfter(RECREATE_AFTER)
@@ -176,6 +172,19 @@ impl Reconciler {
         } else {
             Outcome::Done
         })
+    }
+
+    /// Where the node is, and its live connection and route tables.
+    async fn look(
+        &self,
+        node: &str,
+    ) -> Result<(Target, Vec<sb::ConnectionEntry>, Vec<sb::RouteEntry>), TransportError> {
+        let target = self.transport.target(node).await?;
+        let (conns, routes) = tokio::try_join!(
+            self.transport.list_connections_at(&target),
+            self.transport.list_routes_at(&target)
+        )?;
+        Ok((target, conns, routes))
     }
 
     /// The links the step would create whose claimed destination has no

@@ -20,6 +20,6 @@ pub type FastSet<K> = std::collections::HashSet<K, twox_hash::xxhash64::RandomSt
 #[cfg(test)]
 mod claims_tests;
 #[cfg(test)]
-mod plan_tests;
+pub(crate) mod plan_tests;
 #[cfg(test)]
 mod scope_tests;

@@ -12,7 +12,7 @@ use crate::store::model::{
     Template,
 };
 
-pub(super) fn mk_node(group: &str, node: &str) -> NodeRecord {
+pub(crate) fn mk_node(group: &str, node: &str) -> NodeRecord {
     NodeRecord {
         id: format!("{group}/{node}"),
         group: Some(group.into()),

@@ -133,17 +133,27 @@ impl Outbox {
     }
 
     /// The next fact; `None` (and the drain ends) when there is none.
+    /// Claims queued one after another are taken as one: a gateway's peers
+    /// dial it in a burst, and recorded one by one, each waiting for the
+    /// store, its claims would reach the leader over seconds.
     fn next(&self) -> Option<(Fact, usize)> {
         let mut q = self.lock();
-        let next = q.facts.pop_front();
+        let mut next = q.facts.pop_front();
+        let mut taken = usize::from(next.is_some());
+        if let Some((Fact::Received(links), bytes)) = &mut next {
+            while let Some((Fact::Received(more), n)) = q.facts.front_mut() {
+                links.append(more);
+                *bytes += *n;
+                q.facts.pop_front();
+                taken += 1;
+            }
+        }
         if q.facts.is_empty() {
             // Its buffer goes with the burst that filled it.
             q.facts = VecDeque::new();
         }
         q.draining = next.is_some();
-        if next.is_some() {
-            self.ctx.metrics.outbox.dec();
-        }
+        self.ctx.metrics.outbox.dec_by(taken as i64);
         next
     }
 

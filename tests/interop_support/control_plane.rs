@@ -26,6 +26,8 @@ pub struct CpConfig {
     /// A Postgres database to use (slim-cp only); `None` is the memory
     /// store.
     pub postgres: Option<String>,
+    /// Environment variables for the process (slim-cp only).
+    pub env: Vec<(String, String)>,
 }
 
 impl CpConfig {
@@ -35,6 +37,7 @@ impl CpConfig {
             topology: None,
             log_level: "debug".into(),
             postgres: None,
+            env: Vec::new(),
         }
     }
 
@@ -51,6 +54,12 @@ impl CpConfig {
         self
     }
 
+    /// The process gets `key=value` in its environment.
+    pub fn with_env(mut self, key: &str, value: &str) -> CpConfig {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
     /// Config mode with the given `topology:` body.
     pub fn with_topology(mut self, body: &str) -> CpConfig {
         self.topology = Some(body.to_string());
@@ -63,6 +72,7 @@ pub struct ControlPlane {
     pub kind: CpKind,
     pub northbound: u16,
     pub southbound: u16,
+    env: Vec<(String, String)>,
     config: PathBuf,
     proc: Proc,
 }
@@ -96,11 +106,12 @@ impl ControlPlane {
         let config = dir.join(format!("{name}.yaml"));
         std::fs::write(&config, yaml).expect("write control plane config");
         let log = dir.join(format!("{name}.log"));
-        let proc = Proc::spawn(name, Self::command(cfg.kind, &config, dir), &log);
+        let proc = Proc::spawn(name, Self::command(cfg.kind, &cfg.env, &config, dir), &log);
         let mut cp = ControlPlane {
             kind: cfg.kind,
             northbound,
             southbound,
+            env: cfg.env.clone(),
             config,
             proc,
         };
@@ -108,7 +119,7 @@ impl ControlPlane {
         cp
     }
 
-    fn command(kind: CpKind, config: &Path, dir: &Path) -> Command {
+    fn command(kind: CpKind, env: &[(String, String)], config: &Path, dir: &Path) -> Command {
         let mut cmd = match kind {
             CpKind::SlimCp => {
                 let mut c = Command::new(env!("CARGO_BIN_EXE_slim-cp"));
@@ -123,6 +134,7 @@ impl ControlPlane {
             // lines but not hyper/h2's frame-by-frame ones, which would push
             // everything useful out of a failure report's log tail.
             cmd.env("RUST_LOG", "info,slim_cp=debug");
+            cmd.envs(env.iter().map(|(k, v)| (k, v)));
         }
         cmd
     }
@@ -157,7 +169,11 @@ impl ControlPlane {
         let dir = self.config.parent().expect("config dir").to_path_buf();
         let log = self.proc.log_path().to_path_buf();
         let name = self.proc.name().to_string();
-        self.proc = Proc::spawn(&name, Self::command(self.kind, &self.config, &dir), &log);
+        self.proc = Proc::spawn(
+            &name,
+            Self::command(self.kind, &self.env, &self.config, &dir),
+            &log,
+        );
         self.wait_ready();
     }
 

@@ -1,0 +1,224 @@
+//! When the nodes a derivation affected are queued for reconciliation.
+//!
+//! Coalescing ([`Affected`]): the derivations of one moment (a burst of
+//! registrations, link claims answering each other) reach a node as one
+//! command rather than one per derivation. A fast store derives often and
+//! a slow one seldom: queued at once, the same fleet cost more commands
+//! the faster its store was (issue 12).
+//!
+//! Holding ([`Pacing`]): a node whose links were just commanded waits,
+//! briefly, for their claims before it is looked at again. A gateway's
+//! links are claimed one after another as its dials land, and each claim
+//! lets routes ride its link. Looked at between claims, the gateway would
+//! get its routes in several commands; held until its links are claimed
+//! (or [`HOLD_MAX`] has passed), it gets them in one, however fast or slow
+//! the store makes the claims arrive. A node with a link it has not been
+//! commanded to create is never held: its dials are what the others wait
+//! for.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::working::Rows;
+use crate::store::model::{Link, LinkStatus};
+
+/// Affected nodes are queued once no derivation has affected any node for
+/// this long ...
+pub const COALESCE_QUIET: Duration = Duration::from_millis(30);
+/// ... or at the latest this long after the first of them.
+pub const COALESCE_MAX: Duration = Duration::from_millis(150);
+
+/// The longest a node is held: a link that is never claimed (its
+/// destination died) must not keep the routes over the others back.
+pub const HOLD_MAX: Duration = Duration::from_secs(1);
+
+/// Nodes whose desired state changed, waiting to be queued, and those
+/// [`Pacing`] holds.
+#[derive(Default)]
+pub struct Affected {
+    nodes: BTreeSet<String>,
+    /// Nodes that only registered: their look waits behind changed ones.
+    arrived: BTreeSet<String>,
+    /// When the first of `nodes` and the latest came.
+    first: Option<Instant>,
+    last: Option<Instant>,
+    /// Held nodes, each with when it is due at the latest.
+    held: BTreeMap<String, Instant>,
+}
+
+impl Affected {
+    /// Nodes a derivation affected and those it saw arrive. A held node
+    /// that is affected again is judged again with the others.
+    pub fn add<'a>(
+        &mut self,
+        nodes: impl IntoIterator<Item = &'a String>,
+        arrived: impl IntoIterator<Item = &'a String>,
+    ) {
+        let mut any = false;
+        for n in nodes {
+            any = true;
+            self.held.remove(n);
+            self.nodes.insert(n.clone());
+        }
+        for n in arrived {
+            any = true;
+            self.arrived.insert(n.clone());
+        }
+        if any {
+            let now = Instant::now();
+            self.first.get_or_insert(now);
+            self.last = Some(now);
+        }
+    }
+
+    /// Holds `node` until `until`, unless a derivation affects it sooner.
+    pub fn hold(&mut self, node: String, until: Instant) {
+        self.held.insert(node, until);
+    }
+
+    /// When the next nodes are due: after a quiet spell, or at the latest
+    /// [`COALESCE_MAX`] after the first; a held node at its deadline.
+    pub fn due(&self) -> Option<Instant> {
+        let held = self.held.values().min().copied();
+        self.due_coalesced().into_iter().chain(held).min()
+    }
+
+    /// The changed nodes (with the held ones whose deadline passed), then
+    /// those that only arrived. Before the coalesced nodes are due, only
+    /// held ones are taken.
+    pub fn take(&mut self, now: Instant) -> (BTreeSet<String>, BTreeSet<String>) {
+        let mut nodes = BTreeSet::new();
+        let mut arrived = BTreeSet::new();
+        if self.due_coalesced().is_some_and(|d| d <= now) {
+            (self.first, self.last) = (None, None);
+            nodes = std::mem::take(&mut self.nodes);
+            arrived = std::mem::take(&mut self.arrived);
+        }
+        let expired: Vec<String> = (self.held.iter())
+            .filter(|(_, until)| **until <= now)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in expired {
+            self.held.remove(&n);
+            nodes.insert(n);
+        }
+        arrived.retain(|n| !nodes.contains(n));
+        (nodes, arrived)
+    }
+
+    fn due_coalesced(&self) -> Option<Instant> {
+        let (first, last) = (self.first?, self.last?);
+        Some((last + COALESCE_QUIET).min(first + COALESCE_MAX))
+    }
+}
+
+/// What the leader remembers between releases.
+#[derive(Default)]
+pub struct Pacing {
+    /// Per node, the unclaimed links it sourced when it was last released:
+    /// its command for them is on its way.
+    commanded: HashMap<String, BTreeSet<String>>,
+    /// When each held node was first held.
+    held_since: HashMap<String, Instant>,
+}
+
+/// The links of one release, indexed by what a hold asks of them.
+struct Waiting<'r> {
+    /// Per source, its links not yet claimed (Pending or Connecting).
+    outgoing: HashMap<&'r str, Vec<&'r Link>>,
+    /// Per destination group, the links into it not yet claimed.
+    incoming: HashMap<&'r str, Vec<&'r Link>>,
+}
+
+impl<'r> Waiting<'r> {
+    fn new(rows: &'r Rows) -> Self {
+        let mut w = Waiting {
+            outgoing: HashMap::new(),
+            incoming: HashMap::new(),
+        };
+        let unclaimed = rows.links.iter().filter(|l| {
+            !l.deleted && matches!(l.status, LinkStatus::Pending | LinkStatus::Connecting)
+        });
+        for l in unclaimed {
+            w.outgoing.entry(&l.source_node).or_default().push(l);
+            w.incoming.entry(&l.dest_group).or_default().push(l);
+        }
+        w
+    }
+}
+
+impl Pacing {
+    /// Splits `nodes` into those to look at now and those held, each held
+    /// one with when it is due at the latest.
+    pub fn release(
+        &mut self,
+        rows: Option<&Rows>,
+        nodes: BTreeSet<String>,
+        now: Instant,
+    ) -> (Vec<String>, Vec<(String, Instant)>) {
+        let Some(rows) = rows else {
+            self.held_since.clear();
+            return (nodes.into_iter().collect(), Vec::new());
+        };
+        let waiting = Waiting::new(rows);
+        let (mut go, mut held) = (Vec::new(), Vec::new());
+        for node in nodes {
+            match self.hold(rows, &waiting, &node, now) {
+                Some(until) => held.push((node, until)),
+                None => go.push(node),
+            }
+        }
+        (go, held)
+    }
+
+    /// Until when `node` is held, if it is.
+    fn hold(&mut self, rows: &Rows, w: &Waiting<'_>, node: &str, now: Instant) -> Option<Instant> {
+        let outgoing = w.outgoing.get(node).map_or(&[][..], Vec::as_slice);
+        let sent = self.commanded.get(node);
+        let uncommanded = outgoing
+            .iter()
+            .any(|l| sent.is_none_or(|s| !s.contains(&l.link_id)));
+        if uncommanded {
+            let ids = outgoing.iter().map(|l| l.link_id.clone()).collect();
+            self.commanded.insert(node.to_string(), ids);
+            self.held_since.remove(node);
+            return None;
+        }
+        if outgoing.is_empty() {
+            self.commanded.remove(node);
+        }
+        let group = rows.nodes.get(node).and_then(|n| n.group.as_deref());
+        let incoming = group.and_then(|g| w.incoming.get(g));
+        let dialed_in = incoming.is_some_and(|links| {
+            links
+                .iter()
+                .any(|l| l.dest_node.as_deref().is_none_or(|d| d == node) && self.dialed(l))
+        });
+        if outgoing.is_empty() && !dialed_in {
+            self.held_since.remove(node);
+            return None;
+        }
+        let since = *self.held_since.entry(node.to_string()).or_insert(now);
+        let until = since + HOLD_MAX;
+        if until <= now {
+            self.held_since.remove(node);
+            return None;
+        }
+        Some(until)
+    }
+
+    /// Whether `l`'s source was commanded to dial it.
+    fn dialed(&self, l: &Link) -> bool {
+        l.status == LinkStatus::Connecting
+            || self
+                .commanded
+                .get(&l.source_node)
+                .is_some_and(|s| s.contains(&l.link_id))
+    }
+}
+
+#[cfg(test)]
+#[path = "pacing_tests.rs"]
+mod tests;

@@ -1,0 +1,144 @@
+use super::*;
+use crate::reconcile::diff::tests::mk_link;
+use crate::routing::fleet::Fleet;
+use crate::routing::plan_tests::mk_node;
+
+fn ids(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn affected_nodes_wait_for_a_quiet_spell() {
+    let mut a = Affected::default();
+    assert_eq!(a.due(), None);
+    a.add(&ids(&[]), &ids(&[]));
+    assert_eq!(a.due(), None, "a derivation that affected nothing");
+    let t0 = Instant::now();
+    a.add(&ids(&["g/n1"]), &ids(&[]));
+    assert_eq!(a.due(), Some(t0 + COALESCE_QUIET));
+    tokio::time::advance(COALESCE_QUIET / 2).await;
+    a.add(&ids(&["g/n1", "g/n2"]), &ids(&["g/n2", "g/n3"]));
+    assert_eq!(a.due(), Some(Instant::now() + COALESCE_QUIET));
+    assert_eq!(a.take(Instant::now()), (set(&[]), set(&[])), "not due yet");
+    tokio::time::advance(COALESCE_QUIET).await;
+    let (changed, arrived) = a.take(Instant::now());
+    assert_eq!(changed, set(&["g/n1", "g/n2"]));
+    assert_eq!(
+        arrived,
+        set(&["g/n3"]),
+        "a changed node is not also routine"
+    );
+    assert_eq!(a.due(), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn affected_nodes_never_wait_past_the_cap() {
+    let mut a = Affected::default();
+    let t0 = Instant::now();
+    while Instant::now() < t0 + COALESCE_MAX * 2 {
+        a.add(&ids(&[]), &ids(&["g/n1"]));
+        assert!(a.due().unwrap() <= t0 + COALESCE_MAX);
+        tokio::time::advance(COALESCE_QUIET / 2).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_held_node_is_due_at_its_deadline_or_when_affected_again() {
+    let mut a = Affected::default();
+    let until = Instant::now() + HOLD_MAX;
+    a.hold("a/n1".into(), until);
+    a.hold("a/n2".into(), until);
+    assert_eq!(a.due(), Some(until));
+    a.add(&ids(&["a/n2"]), &ids(&[]));
+    let quiet = Instant::now() + COALESCE_QUIET;
+    assert_eq!(
+        a.due(),
+        Some(quiet),
+        "affected again: judged with the others"
+    );
+    tokio::time::advance(COALESCE_QUIET).await;
+    assert_eq!(a.take(Instant::now()).0, set(&["a/n2"]));
+    assert_eq!(a.due(), Some(until), "a/n1 still held");
+    tokio::time::advance(HOLD_MAX).await;
+    assert_eq!(a.take(Instant::now()).0, set(&["a/n1"]));
+    assert_eq!(a.due(), None);
+}
+
+/// Gateway `a/n1` sources links to `b` and `c`; `b/n1` is `b`'s node.
+fn rows(statuses: [LinkStatus; 2]) -> Rows {
+    let mut links = Vec::new();
+    for (i, (group, status)) in ["b", "c"].into_iter().zip(statuses).enumerate() {
+        let mut l = mk_link(&format!("l{i}"), "a/n1", false);
+        l.dest_group = group.into();
+        l.dest_node = None;
+        l.status = status;
+        links.push(l);
+    }
+    Rows {
+        nodes: Fleet::new(vec![
+            mk_node("a", "n1"),
+            mk_node("b", "n1"),
+            mk_node("c", "n1"),
+        ]),
+        links,
+        ..Rows::default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gateway_goes_at_once_for_its_dials_then_waits_for_their_claims() {
+    use LinkStatus::*;
+    let mut p = Pacing::default();
+    let now = Instant::now();
+    let pending = rows([Pending, Pending]);
+    let (go, held) = p.release(Some(&pending), set(&["a/n1"]), now);
+    assert_eq!((go, held), (ids(&["a/n1"]), vec![]), "its dials go at once");
+    // Still Pending in the rows (the answers not read yet): commanded.
+    let (go, held) = p.release(Some(&pending), set(&["a/n1", "b/n1"]), now);
+    assert!(go.is_empty(), "{go:?}");
+    let until = now + HOLD_MAX;
+    let expected = vec![("a/n1".to_string(), until), ("b/n1".to_string(), until)];
+    assert_eq!(held, expected, "the source and the dialed group wait");
+    tokio::time::advance(HOLD_MAX / 2).await;
+    let half = rows([Applied, Connecting]);
+    let (go, held) = p.release(Some(&half), set(&["a/n1", "b/n1"]), Instant::now());
+    assert_eq!(go, ids(&["b/n1"]), "b's link is claimed");
+    assert_eq!(
+        held,
+        vec![("a/n1".to_string(), until)],
+        "held since the first hold"
+    );
+    let claimed = rows([Applied, Applied]);
+    let (go, held) = p.release(Some(&claimed), set(&["a/n1"]), Instant::now());
+    assert_eq!((go, held), (ids(&["a/n1"]), vec![]), "every link claimed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_link_or_the_cap_releases_a_held_gateway() {
+    use LinkStatus::*;
+    let mut p = Pacing::default();
+    let now = Instant::now();
+    let mut one = rows([Pending, Applied]);
+    one.links.truncate(1);
+    assert_eq!(p.release(Some(&one), set(&["a/n1"]), now).0, ids(&["a/n1"]));
+    assert!(p.release(Some(&one), set(&["a/n1"]), now).0.is_empty());
+    let two = rows([Connecting, Pending]);
+    let (go, _) = p.release(Some(&two), set(&["a/n1"]), now);
+    assert_eq!(go, ids(&["a/n1"]), "a link it was not commanded to create");
+    let (go, held) = p.release(Some(&two), set(&["a/n1"]), now);
+    assert_eq!((go.len(), held.len()), (0, 1));
+    tokio::time::advance(HOLD_MAX).await;
+    let (go, held) = p.release(Some(&two), set(&["a/n1"]), Instant::now());
+    assert_eq!((go, held), (ids(&["a/n1"]), vec![]), "never past the cap");
+}
+
+#[test]
+fn without_rows_nothing_is_held() {
+    let mut p = Pacing::default();
+    let (go, held) = p.release(None, set(&["a/n1"]), Instant::now());
+    assert_eq!((go, held), (ids(&["a/n1"]), vec![]));
+}
