@@ -79,8 +79,28 @@ pub struct ControlPlane {
 
 impl ControlPlane {
     /// Writes `<dir>/<name>.yaml`, starts the process, and returns once
-    /// both listeners accept TCP.
+    /// both listeners accept TCP. A port handed out free can be taken by
+    /// another test process before the control plane binds it: then it
+    /// starts again on other ports.
     pub fn start(dir: &Path, name: &str, cfg: &CpConfig) -> ControlPlane {
+        const ATTEMPTS: usize = 3;
+        for attempt in 1..=ATTEMPTS {
+            let mut cp = Self::spawn(dir, name, cfg);
+            let ready = cp.proc.try_wait_listening(cp.northbound);
+            let ready = ready.and_then(|()| cp.proc.try_wait_listening(cp.southbound));
+            match ready {
+                Ok(()) => return cp,
+                Err(_) if attempt < ATTEMPTS && cp.log().contains("Address already in use") => {
+                    eprintln!("{name}: a port was taken before it bound; starting again");
+                }
+                Err(state) => panic!("{state}\n{}", cp.report(80)),
+            }
+        }
+        unreachable!("the last attempt returns or panics")
+    }
+
+    /// Writes the config on fresh ports and starts the process.
+    fn spawn(dir: &Path, name: &str, cfg: &CpConfig) -> ControlPlane {
         let (northbound, southbound) = (free_port(), free_port());
         // Both accept the reference's spelling of the memory store.
         let mut yaml = format!(
@@ -107,16 +127,14 @@ impl ControlPlane {
         std::fs::write(&config, yaml).expect("write control plane config");
         let log = dir.join(format!("{name}.log"));
         let proc = Proc::spawn(name, Self::command(cfg.kind, &cfg.env, &config, dir), &log);
-        let mut cp = ControlPlane {
+        ControlPlane {
             kind: cfg.kind,
             northbound,
             southbound,
             env: cfg.env.clone(),
             config,
             proc,
-        };
-        cp.wait_ready();
-        cp
+        }
     }
 
     fn command(kind: CpKind, env: &[(String, String)], config: &Path, dir: &Path) -> Command {

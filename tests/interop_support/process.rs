@@ -117,7 +117,15 @@ impl Proc {
     /// Waits until `port` accepts TCP; panics with the log if the process
     /// exits first or the port stays closed.
     pub fn wait_listening(&mut self, port: u16) {
-        let res = poll(PATIENCE, || {
+        if let Err(state) = self.try_wait_listening(port) {
+            panic!("{state}\n{}", self.report(80));
+        }
+    }
+
+    /// Waits until `port` accepts TCP; says why not if the process exits
+    /// first or the port stays closed.
+    pub fn try_wait_listening(&mut self, port: u16) -> Result<(), String> {
+        poll(PATIENCE, || {
             if !self.is_running() {
                 return Err(format!("{} exited", self.name));
             }
@@ -126,10 +134,7 @@ impl Proc {
             } else {
                 Err(format!("{} not listening on {port}", self.name))
             }
-        });
-        if let Err(state) = res {
-            panic!("{state}\n{}", self.report(80));
-        }
+        })
     }
 }
 
