@@ -28,6 +28,10 @@ pub struct Step {
     pub creating: Vec<String>,
     /// Tombstoned link ids the command deletes from the node.
     pub deleting: Vec<String>,
+    /// Link ids of another source the node still dials (the link moved to
+    /// a sibling while the node was away): the command deletes its stale
+    /// connection, and the link stays.
+    pub disowned: Vec<String>,
     /// Live link ids the command deletes to create them again at the
     /// next look (see [`super::stranded`]).
     pub dropping: Vec<String>,
@@ -113,7 +117,8 @@ pub(super) fn wire_route(name: &Name, link_id: &str) -> sb::Route {
 }
 
 /// Decides the step for `node`. `links` are the links it sources or is the
-/// claimed destination of (tombstones included); `routes` those it sources.
+/// claimed destination of (tombstones included), and those of another
+/// source it holds an outgoing connection of; `routes` those it sources.
 pub fn decide(
     node: &str,
     links: &[Link],
@@ -144,6 +149,10 @@ pub fn decide(
             (false, true) => {}
         }
     }
+    let disowned = links
+        .iter()
+        .filter(|l| l.source_node != node && outgoing.contains(l.link_id.as_str()));
+    step.disowned = disowned.map(|l| l.link_id.clone()).collect();
     if orphans {
         let known: BTreeSet<&str> = links.iter().map(|l| l.link_id.as_str()).collect();
         let extra: Vec<String> = outgoing
@@ -154,6 +163,7 @@ pub fn decide(
         step.deleting.extend(extra);
     }
     step.command.connections_to_delete = step.deleting.clone();
+    (step.command.connections_to_delete).extend(step.disowned.iter().cloned());
     decide_routes(links, routes, live, &usable, orphans, &mut step);
     step
 }

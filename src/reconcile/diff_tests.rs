@@ -100,6 +100,30 @@ fn tombstones_are_deleted_when_held_and_dropped_when_not() {
     assert_eq!(step.gone, ["l-2"]);
 }
 
+/// The node came back after its link moved to a sibling: it still dials
+/// the link, which is now the sibling's. Its connection goes, the link is
+/// not forgotten, with orphan detection off as on.
+#[test]
+fn a_link_of_another_source_is_deleted_from_the_node_not_forgotten() {
+    let moved = mk_link("l-1", "a/n2", false);
+    let conns = [mk_conn("l-1", false, REMOTE), mk_conn("l-2", true, REMOTE)];
+    for orphans in [false, true] {
+        let live = Live {
+            connections: &conns,
+            routes: &[],
+        };
+        let step = decide("a/n1", std::slice::from_ref(&moved), &[], &live, orphans);
+        assert_eq!(
+            step.command.connections_to_delete,
+            ["l-1"],
+            "orphans {orphans}"
+        );
+        assert_eq!(step.disowned, ["l-1"]);
+        assert!(step.deleting.is_empty() && step.gone.is_empty(), "{step:?}");
+        assert!(step.command.connections_to_create.is_empty());
+    }
+}
+
 #[test]
 fn unknown_connections_are_orphans_only_with_detection_on() {
     let conns = [

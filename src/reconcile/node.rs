@@ -122,7 +122,8 @@ impl Reconciler {
             Err(TransportError::NotConnected(_)) => return Ok(Outcome::Done),
             Err(e) => return Err(e.into()),
         };
-        let (links, routes) = (links?, routes?);
+        let (mut links, routes) = (links?, routes?);
+        links.extend(self.dialed_elsewhere(&links, &conns).await?);
         let t2 = t0.elapsed();
         let live = Live {
             connections: &conns,
@@ -172,6 +173,26 @@ impl Reconciler {
         } else {
             Outcome::Done
         })
+    }
+
+    /// The links of another source whose outgoing connection the node
+    /// holds: it was their source before they moved while it was away.
+    async fn dialed_elsewhere(
+        &self,
+        links: &[Link],
+        conns: &[sb::ConnectionEntry],
+    ) -> Result<Vec<Link>, StoreError> {
+        let outgoing = conns
+            .iter()
+            .filter(|c| c.direction == sb::ConnectionDirection::Outgoing as i32);
+        let unknown: Vec<String> = outgoing
+            .filter_map(|c| c.link_id.clone())
+            .filter(|id| !links.iter().any(|l| &l.link_id == id))
+            .collect();
+        if unknown.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.store.get_links(&unknown).await
     }
 
     /// Where the node is, and its live connection and route tables.
@@ -314,7 +335,10 @@ pub(super) fn link_answers(
             if !s.success {
                 failures.push(format!("link {}: {}", s.link_id, s.error_msg));
             }
-        } else if step.deleting.contains(&s.link_id) || step.dropping.contains(&s.link_id) {
+        } else if [&step.deleting, &step.dropping, &step.disowned]
+            .iter()
+            .any(|ids| ids.contains(&s.link_id))
+        {
             if !done {
                 failures.push(format!("delete {}: {}", s.link_id, s.error_msg));
             } else if step.deleting.contains(&s.link_id) {

@@ -93,12 +93,24 @@ fn links_being_created_or_deleted_are_not_dropped() {
     assert_eq!(step.command, before, "l-1 is created anyway, l-2 deleted");
 }
 
+/// Dropped (to be created again) or disowned (another source's now), the
+/// link's row must outlive the deletion of its connection.
 #[test]
-fn a_dropped_link_is_neither_answered_nor_gone() {
-    let step = Step {
+fn a_dropped_or_disowned_link_is_neither_answered_nor_gone() {
+    let dropped = Step {
         dropping: vec!["l-1".into()],
         ..Default::default()
     };
+    let disowned = Step {
+        disowned: vec!["l-1".into()],
+        ..Default::default()
+    };
+    for step in [dropped, disowned] {
+        a_deletion_that_keeps_the_link(&step);
+    }
+}
+
+fn a_deletion_that_keeps_the_link(step: &Step) {
     let ack = |ok: bool, msg: &str| sb::ConfigurationCommandAck {
         connections_status: vec![sb::ConnectionAck {
             link_id: "l-1".into(),
@@ -109,11 +121,11 @@ fn a_dropped_link_is_neither_answered_nor_gone() {
     };
     for (ok, msg) in [(true, ""), (false, "Connection with link_id l-1 not found")] {
         let mut failures = Vec::new();
-        let (answers, gone) = link_answers(&step, &ack(ok, msg), &mut failures);
+        let (answers, gone) = link_answers(step, &ack(ok, msg), &mut failures);
         assert!(answers.is_empty() && gone.is_empty() && failures.is_empty());
     }
     let mut failures = Vec::new();
-    let (answers, gone) = link_answers(&step, &ack(false, "boom"), &mut failures);
+    let (answers, gone) = link_answers(step, &ack(false, "boom"), &mut failures);
     assert!(answers.is_empty() && gone.is_empty());
     assert_eq!(failures, ["delete l-1: boom"]);
 }

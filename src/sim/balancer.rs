@@ -67,8 +67,19 @@ impl Drop for Balancer {
 }
 
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
-    while let Ok((client, _)) = listener.accept().await {
-        tokio::spawn(relay(client, shared.clone()));
+    loop {
+        match listener.accept().await {
+            Ok((client, _)) => {
+                tokio::spawn(relay(client, shared.clone()));
+            }
+            // A client gone before its accept, or fds or buffers short for
+            // a moment: ending here would reset every connection still in
+            // the backlog and refuse the rest, which no balancer does.
+            Err(e) => {
+                eprintln!("balancer: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
     }
 }
 
