@@ -384,3 +384,65 @@ async fn two_hundred_nodes_give_exactly_one_link_per_pair() {
     );
 }
 }
+
+on_both_backends! {
+/// Scenario: a node registers still dialing a link another node now
+/// sources (it was the link's source before the link moved while it was
+/// away past the grace). Its reconcile deletes that connection from it,
+/// and the link, answered as deleted there, stays its new source's.
+async fn a_node_still_dialing_a_moved_link_is_told_to_drop_it() {
+    use common::{RawNode, mk_register};
+    use slim_cp::proto::sb::{self, control_message::Payload};
+    let (cp, _fleet, link) = two_groups(1, 1).await;
+    let mut stale = RawNode::open(&cp).await.expect("stream opens");
+    let group = link.source_group.clone();
+    assert!(stale.register(mk_register(&group, "stale")).await.success);
+    let held = sb::ConnectionEntry {
+        link_id: Some(link.link_id.clone()),
+        direction: sb::ConnectionDirection::Outgoing as i32,
+        connection_type: sb::ConnectionType::Remote as i32,
+        ..Default::default()
+    };
+    let (id, cmd) = loop {
+        let msg = stale.recv().await.expect("stream open").expect("a message");
+        match msg.payload {
+            Some(Payload::ConnectionListRequest(_)) => {
+                let reply = sb::ConnectionListResponse {
+                    original_message_id: msg.message_id,
+                    entries: vec![held.clone()],
+                    done: true,
+                };
+                stale.send(Payload::ConnectionListResponse(reply)).await;
+            }
+            Some(Payload::ConfigCommand(cmd)) => break (msg.message_id, cmd),
+            _ => stale.answer(msg).await,
+        }
+    };
+    assert_eq!(cmd.connections_to_delete, std::slice::from_ref(&link.link_id));
+    assert!(cmd.connections_to_create.is_empty(), "{cmd:?}");
+    let converged = || cp.metrics.reconciles.get_or_create(&[("outcome", "converged")]).get();
+    let before = converged();
+    let ack = sb::ConfigurationCommandAck {
+        original_message_id: id,
+        connections_status: vec![sb::ConnectionAck {
+            link_id: link.link_id.clone(),
+            success: true,
+            error_msg: String::new(),
+        }],
+        ..Default::default()
+    };
+    stale.send(Payload::ConfigCommandAck(ack)).await;
+    wait_for("the stale node's reconcile done", || async {
+        match converged() {
+            n if n > before => Ok(()),
+            n => Err(format!("{n} converged")),
+        }
+    })
+    .await;
+    let kept = cp.store.get_links(std::slice::from_ref(&link.link_id)).await;
+    let kept = kept.expect("read");
+    assert_eq!(kept.len(), 1, "not forgotten");
+    assert!(!kept[0].deleted);
+    assert_eq!(kept[0].source_node, link.source_node);
+}
+}

@@ -178,3 +178,59 @@ async fn a_late_registration_yields_to_a_newer_one() {
     assert!(asked.is_ok(), "answered through B: {asked:?}");
     answering.abort();
 }
+
+/// Scenario: while the path to Postgres is black-holed, a gateway
+/// announces a name (the fact that waits for the store) and then reports
+/// three dials one message at a time, as its peers' connections land.
+/// Queued behind the announcement, the three claims are recorded as one
+/// fact once the path is back: one write, not three, all three claimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_queued_back_to_back_are_recorded_as_one_fact() {
+    let (path, url) = cuttable_database().await;
+    let cp = mk_replica(&url, "solo").await;
+    let raw = RawNode::connect(&cp, "g", "gw").await;
+    let recorded = |kind: &'static str| cp.metrics.facts.get_or_create(&[("kind", kind)]).get();
+    wait_for("the readiness recorded", || async {
+        match recorded("ready") {
+            1 => Ok(()),
+            n => Err(format!("{n} recorded")),
+        }
+    })
+    .await;
+    path.blackhole();
+    raw.send(announce(&["waits"])).await;
+    let links: Vec<String> = (0..3).map(|i| format!("link-{i}")).collect();
+    for l in &links {
+        let claim = sb::ConfigurationCommand {
+            connections_received: vec![sb::ConnectionEntry {
+                link_id: Some(l.clone()),
+                direction: sb::ConnectionDirection::Incoming as i32,
+                connection_type: sb::ConnectionType::Remote as i32,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        raw.send(sb::control_message::Payload::ConfigCommand(claim))
+            .await;
+    }
+    wait_for("three claims queued behind the announcement", || async {
+        match cp.metrics.outbox.get() {
+            3 => Ok(()),
+            n => Err(format!("{n} queued")),
+        }
+    })
+    .await;
+    path.restore();
+    wait_for("every claim recorded", || async {
+        let rec = cp.store.get_node("g/gw").await.map_err(|e| e.to_string())?;
+        let held = rec.map(|r| r.received_links).unwrap_or_default();
+        match links.iter().all(|l| held.contains(l)) {
+            true => Ok(()),
+            false => Err(format!("recorded {held:?}")),
+        }
+    })
+    .await;
+    assert_eq!(recorded("announcement"), 1);
+    assert_eq!(recorded("claim"), 1, "the three queued claims went as one");
+    assert_eq!(cp.metrics.outbox.get(), 0);
+}

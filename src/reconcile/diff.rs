@@ -84,12 +84,16 @@ fn link_of(c: &sb::ConnectionEntry) -> Option<&str> {
 /// remote connections (either direction).
 fn live_links(conns: &[sb::ConnectionEntry]) -> (BTreeSet<&str>, BTreeSet<&str>) {
     let remote = conns.iter().filter(|c| is_remote(c));
-    let outgoing = remote
-        .clone()
+    (outgoing_links(conns), remote.filter_map(link_of).collect())
+}
+
+/// Link ids of the node's outgoing remote connections.
+pub fn outgoing_links(conns: &[sb::ConnectionEntry]) -> BTreeSet<&str> {
+    let remote = conns.iter().filter(|c| is_remote(c));
+    remote
         .filter(|c| c.direction == sb::ConnectionDirection::Outgoing as i32)
         .filter_map(link_of)
-        .collect();
-    (outgoing, remote.filter_map(link_of).collect())
+        .collect()
 }
 
 /// (name, link id) pairs the node routes over remote connections.
@@ -162,8 +166,7 @@ pub fn decide(
             .collect();
         step.deleting.extend(extra);
     }
-    step.command.connections_to_delete = step.deleting.clone();
-    (step.command.connections_to_delete).extend(step.disowned.iter().cloned());
+    step.command.connections_to_delete = [&step.deleting[..], &step.disowned[..]].concat();
     decide_routes(links, routes, live, &usable, orphans, &mut step);
     step
 }

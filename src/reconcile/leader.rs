@@ -86,7 +86,12 @@ impl Leader {
         let mut tick = tokio::time::interval(self.resync_every);
         tick.tick().await;
         loop {
-            let due = self.affected.due();
+            let due = self
+                .affected
+                .due()
+                .into_iter()
+                .chain(self.pacing.due())
+                .min();
             tokio::select! {
                 _ = cancel.cancelled() => break,
                 // Urgent: the periodic sweep must not hold them back.
@@ -197,18 +202,15 @@ impl Leader {
         Ok(())
     }
 
-    /// Queues the affected nodes that are due: those whose desired state
-    /// changed in the urgent lane, unless [`Pacing`] holds them, so that a
+    /// Queues the nodes that are due: those whose desired state changed in
+    /// the urgent lane, unless [`Pacing`] holds them, so that a
     /// registration burst's looks at nodes with nothing to send (the
     /// routine lane) do not hold back the gateways' commands.
     fn release_affected(&mut self) {
         let now = Instant::now();
         let (changed, arrived) = self.affected.take(now);
-        let (go, held) = self.pacing.release(self.state.rows(), changed, now);
+        let go = self.pacing.release(self.state.rows(), changed, now);
         go.iter().for_each(|n| self.queue.add_urgent(n));
-        for (n, until) in held {
-            self.affected.hold(n, until);
-        }
         arrived.iter().for_each(|n| self.queue.add(n));
     }
 

@@ -182,12 +182,10 @@ impl Reconciler {
         links: &[Link],
         conns: &[sb::ConnectionEntry],
     ) -> Result<Vec<Link>, StoreError> {
-        let outgoing = conns
-            .iter()
-            .filter(|c| c.direction == sb::ConnectionDirection::Outgoing as i32);
-        let unknown: Vec<String> = outgoing
-            .filter_map(|c| c.link_id.clone())
-            .filter(|id| !links.iter().any(|l| &l.link_id == id))
+        let known: BTreeSet<&str> = links.iter().map(|l| l.link_id.as_str()).collect();
+        let unknown: Vec<String> = (diff::outgoing_links(conns).into_iter())
+            .filter(|id| !known.contains(id))
+            .map(str::to_string)
             .collect();
         if unknown.is_empty() {
             return Ok(Vec::new());

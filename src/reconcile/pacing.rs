@@ -16,7 +16,7 @@
 //! commanded to create is never held: its dials are what the others wait
 //! for.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -34,8 +34,7 @@ pub const COALESCE_MAX: Duration = Duration::from_millis(150);
 /// destination died) must not keep the routes over the others back.
 pub const HOLD_MAX: Duration = Duration::from_secs(1);
 
-/// Nodes whose desired state changed, waiting to be queued, and those
-/// [`Pacing`] holds.
+/// Nodes whose desired state changed, waiting to be queued.
 #[derive(Default)]
 pub struct Affected {
     nodes: BTreeSet<String>,
@@ -44,13 +43,10 @@ pub struct Affected {
     /// When the first of `nodes` and the latest came.
     first: Option<Instant>,
     last: Option<Instant>,
-    /// Held nodes, each with when it is due at the latest.
-    held: BTreeMap<String, Instant>,
 }
 
 impl Affected {
-    /// Nodes a derivation affected and those it saw arrive. A held node
-    /// that is affected again is judged again with the others.
+    /// Nodes a derivation affected and those it saw arrive.
     pub fn add<'a>(
         &mut self,
         nodes: impl IntoIterator<Item = &'a String>,
@@ -59,7 +55,6 @@ impl Affected {
         let mut any = false;
         for n in nodes {
             any = true;
-            self.held.remove(n);
             self.nodes.insert(n.clone());
         }
         for n in arrived {
@@ -73,44 +68,24 @@ impl Affected {
         }
     }
 
-    /// Holds `node` until `until`, unless a derivation affects it sooner.
-    pub fn hold(&mut self, node: String, until: Instant) {
-        self.held.insert(node, until);
-    }
-
-    /// When the next nodes are due: after a quiet spell, or at the latest
-    /// [`COALESCE_MAX`] after the first; a held node at its deadline.
+    /// When the nodes are due: after a quiet spell, or at the latest
+    /// [`COALESCE_MAX`] after the first.
     pub fn due(&self) -> Option<Instant> {
-        let held = self.held.values().min().copied();
-        self.due_coalesced().into_iter().chain(held).min()
-    }
-
-    /// The changed nodes (with the held ones whose deadline passed), then
-    /// those that only arrived. Before the coalesced nodes are due, only
-    /// held ones are taken.
-    pub fn take(&mut self, now: Instant) -> (BTreeSet<String>, BTreeSet<String>) {
-        let mut nodes = BTreeSet::new();
-        let mut arrived = BTreeSet::new();
-        if self.due_coalesced().is_some_and(|d| d <= now) {
-            (self.first, self.last) = (None, None);
-            nodes = std::mem::take(&mut self.nodes);
-            arrived = std::mem::take(&mut self.arrived);
-        }
-        let expired: Vec<String> = (self.held.iter())
-            .filter(|(_, until)| **until <= now)
-            .map(|(n, _)| n.clone())
-            .collect();
-        for n in expired {
-            self.held.remove(&n);
-            nodes.insert(n);
-        }
-        arrived.retain(|n| !nodes.contains(n));
-        (nodes, arrived)
-    }
-
-    fn due_coalesced(&self) -> Option<Instant> {
         let (first, last) = (self.first?, self.last?);
         Some((last + COALESCE_QUIET).min(first + COALESCE_MAX))
+    }
+
+    /// If they are due at `now`: the changed nodes, then those that only
+    /// arrived.
+    pub fn take(&mut self, now: Instant) -> (BTreeSet<String>, BTreeSet<String>) {
+        if self.due().is_none_or(|d| d > now) {
+            return Default::default();
+        }
+        (self.first, self.last) = (None, None);
+        let nodes = std::mem::take(&mut self.nodes);
+        let mut arrived = std::mem::take(&mut self.arrived);
+        arrived.retain(|n| !nodes.contains(n));
+        (nodes, arrived)
     }
 }
 
@@ -120,7 +95,8 @@ pub struct Pacing {
     /// Per node, the unclaimed links it sourced when it was last released:
     /// its command for them is on its way.
     commanded: HashMap<String, BTreeSet<String>>,
-    /// When each held node was first held.
+    /// The held nodes, each with when it was first held: it is looked at
+    /// when affected again, or at the latest [`HOLD_MAX`] after that.
     held_since: HashMap<String, Instant>,
 }
 
@@ -150,31 +126,38 @@ impl<'r> Waiting<'r> {
 }
 
 impl Pacing {
-    /// Splits `nodes` into those to look at now and those held, each held
-    /// one with when it is due at the latest.
+    /// Of `nodes` and the held nodes whose time is up, those to look at
+    /// now; the others are held.
     pub fn release(
         &mut self,
         rows: Option<&Rows>,
-        nodes: BTreeSet<String>,
+        mut nodes: BTreeSet<String>,
         now: Instant,
-    ) -> (Vec<String>, Vec<(String, Instant)>) {
+    ) -> Vec<String> {
+        let expired = self
+            .held_since
+            .iter()
+            .filter(|(_, since)| **since + HOLD_MAX <= now);
+        nodes.extend(expired.map(|(n, _)| n.clone()));
         let Some(rows) = rows else {
             self.held_since.clear();
-            return (nodes.into_iter().collect(), Vec::new());
+            return nodes.into_iter().collect();
         };
         let waiting = Waiting::new(rows);
-        let (mut go, mut held) = (Vec::new(), Vec::new());
-        for node in nodes {
-            match self.hold(rows, &waiting, &node, now) {
-                Some(until) => held.push((node, until)),
-                None => go.push(node),
-            }
-        }
-        (go, held)
+        let mut held = |n: &String| self.hold(rows, &waiting, n, now);
+        nodes.into_iter().filter(|n| !held(n)).collect()
     }
 
-    /// Until when `node` is held, if it is.
-    fn hold(&mut self, rows: &Rows, w: &Waiting<'_>, node: &str, now: Instant) -> Option<Instant> {
+    /// When the first held node's time is up.
+    pub fn due(&self) -> Option<Instant> {
+        self.held_since
+            .values()
+            .min()
+            .map(|since| *since + HOLD_MAX)
+    }
+
+    /// Whether `node` is held (again).
+    fn hold(&mut self, rows: &Rows, w: &Waiting<'_>, node: &str, now: Instant) -> bool {
         let outgoing = w.outgoing.get(node).map_or(&[][..], Vec::as_slice);
         let sent = self.commanded.get(node);
         let uncommanded = outgoing
@@ -184,7 +167,7 @@ impl Pacing {
             let ids = outgoing.iter().map(|l| l.link_id.clone()).collect();
             self.commanded.insert(node.to_string(), ids);
             self.held_since.remove(node);
-            return None;
+            return false;
         }
         if outgoing.is_empty() {
             self.commanded.remove(node);
@@ -196,17 +179,12 @@ impl Pacing {
                 .iter()
                 .any(|l| l.dest_node.as_deref().is_none_or(|d| d == node) && self.dialed(l))
         });
-        if outgoing.is_empty() && !dialed_in {
-            self.held_since.remove(node);
-            return None;
-        }
         let since = *self.held_since.entry(node.to_string()).or_insert(now);
-        let until = since + HOLD_MAX;
-        if until <= now {
+        let held = (!outgoing.is_empty() || dialed_in) && since + HOLD_MAX > now;
+        if !held {
             self.held_since.remove(node);
-            return None;
         }
-        Some(until)
+        held
     }
 
     /// Whether `l`'s source was commanded to dial it.

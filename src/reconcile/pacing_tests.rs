@@ -46,28 +46,6 @@ async fn affected_nodes_never_wait_past_the_cap() {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_held_node_is_due_at_its_deadline_or_when_affected_again() {
-    let mut a = Affected::default();
-    let until = Instant::now() + HOLD_MAX;
-    a.hold("a/n1".into(), until);
-    a.hold("a/n2".into(), until);
-    assert_eq!(a.due(), Some(until));
-    a.add(&ids(&["a/n2"]), &ids(&[]));
-    let quiet = Instant::now() + COALESCE_QUIET;
-    assert_eq!(
-        a.due(),
-        Some(quiet),
-        "affected again: judged with the others"
-    );
-    tokio::time::advance(COALESCE_QUIET).await;
-    assert_eq!(a.take(Instant::now()).0, set(&["a/n2"]));
-    assert_eq!(a.due(), Some(until), "a/n1 still held");
-    tokio::time::advance(HOLD_MAX).await;
-    assert_eq!(a.take(Instant::now()).0, set(&["a/n1"]));
-    assert_eq!(a.due(), None);
-}
-
 /// Gateway `a/n1` sources links to `b` and `c`; `b/n1` is `b`'s node.
 fn rows(statuses: [LinkStatus; 2]) -> Rows {
     let mut links = Vec::new();
@@ -95,26 +73,25 @@ async fn a_gateway_goes_at_once_for_its_dials_then_waits_for_their_claims() {
     let mut p = Pacing::default();
     let now = Instant::now();
     let pending = rows([Pending, Pending]);
-    let (go, held) = p.release(Some(&pending), set(&["a/n1"]), now);
-    assert_eq!((go, held), (ids(&["a/n1"]), vec![]), "its dials go at once");
+    let go = p.release(Some(&pending), set(&["a/n1"]), now);
+    assert_eq!(go, ids(&["a/n1"]), "its dials go at once");
+    assert_eq!(p.due(), None, "nobody held");
     // Still Pending in the rows (the answers not read yet): commanded.
-    let (go, held) = p.release(Some(&pending), set(&["a/n1", "b/n1"]), now);
-    assert!(go.is_empty(), "{go:?}");
-    let until = now + HOLD_MAX;
-    let expected = vec![("a/n1".to_string(), until), ("b/n1".to_string(), until)];
-    assert_eq!(held, expected, "the source and the dialed group wait");
+    let go = p.release(Some(&pending), set(&["a/n1", "b/n1"]), now);
+    assert!(
+        go.is_empty(),
+        "the source and the dialed group wait: {go:?}"
+    );
+    assert_eq!(p.due(), Some(now + HOLD_MAX));
     tokio::time::advance(HOLD_MAX / 2).await;
     let half = rows([Applied, Connecting]);
-    let (go, held) = p.release(Some(&half), set(&["a/n1", "b/n1"]), Instant::now());
+    let go = p.release(Some(&half), set(&["a/n1", "b/n1"]), Instant::now());
     assert_eq!(go, ids(&["b/n1"]), "b's link is claimed");
-    assert_eq!(
-        held,
-        vec![("a/n1".to_string(), until)],
-        "held since the first hold"
-    );
+    assert_eq!(p.due(), Some(now + HOLD_MAX), "held since the first hold");
     let claimed = rows([Applied, Applied]);
-    let (go, held) = p.release(Some(&claimed), set(&["a/n1"]), Instant::now());
-    assert_eq!((go, held), (ids(&["a/n1"]), vec![]), "every link claimed");
+    let go = p.release(Some(&claimed), set(&["a/n1"]), Instant::now());
+    assert_eq!(go, ids(&["a/n1"]), "every link claimed");
+    assert_eq!(p.due(), None);
 }
 
 #[tokio::test(start_paused = true)]
@@ -124,21 +101,46 @@ async fn a_new_link_or_the_cap_releases_a_held_gateway() {
     let now = Instant::now();
     let mut one = rows([Pending, Applied]);
     one.links.truncate(1);
-    assert_eq!(p.release(Some(&one), set(&["a/n1"]), now).0, ids(&["a/n1"]));
-    assert!(p.release(Some(&one), set(&["a/n1"]), now).0.is_empty());
+    assert_eq!(p.release(Some(&one), set(&["a/n1"]), now), ids(&["a/n1"]));
+    assert!(p.release(Some(&one), set(&["a/n1"]), now).is_empty());
     let two = rows([Connecting, Pending]);
-    let (go, _) = p.release(Some(&two), set(&["a/n1"]), now);
+    let go = p.release(Some(&two), set(&["a/n1"]), now);
     assert_eq!(go, ids(&["a/n1"]), "a link it was not commanded to create");
-    let (go, held) = p.release(Some(&two), set(&["a/n1"]), now);
-    assert_eq!((go.len(), held.len()), (0, 1));
+    assert!(p.release(Some(&two), set(&["a/n1"]), now).is_empty());
     tokio::time::advance(HOLD_MAX).await;
-    let (go, held) = p.release(Some(&two), set(&["a/n1"]), Instant::now());
-    assert_eq!((go, held), (ids(&["a/n1"]), vec![]), "never past the cap");
+    let go = p.release(Some(&two), set(&["a/n1"]), Instant::now());
+    assert_eq!(go, ids(&["a/n1"]), "never past the cap");
+    assert_eq!(p.due(), None);
+}
+
+/// A held node nobody affects again is due at its cap, and goes then.
+#[tokio::test(start_paused = true)]
+async fn a_held_node_goes_at_its_cap_unasked() {
+    use LinkStatus::*;
+    let mut p = Pacing::default();
+    let now = Instant::now();
+    let planned = rows([Pending, Pending]);
+    assert_eq!(
+        p.release(Some(&planned), set(&["a/n1"]), now),
+        ids(&["a/n1"])
+    );
+    let sent = rows([Connecting, Connecting]);
+    assert!(p.release(Some(&sent), set(&["a/n1"]), now).is_empty());
+    assert_eq!(p.due(), Some(now + HOLD_MAX));
+    tokio::time::advance(HOLD_MAX / 2).await;
+    assert!(
+        p.release(Some(&sent), set(&[]), Instant::now()).is_empty(),
+        "not yet"
+    );
+    tokio::time::advance(HOLD_MAX / 2).await;
+    let go = p.release(Some(&sent), set(&[]), Instant::now());
+    assert_eq!(go, ids(&["a/n1"]));
+    assert_eq!(p.due(), None);
 }
 
 #[test]
 fn without_rows_nothing_is_held() {
     let mut p = Pacing::default();
-    let (go, held) = p.release(None, set(&["a/n1"]), Instant::now());
-    assert_eq!((go, held), (ids(&["a/n1"]), vec![]));
+    let go = p.release(None, set(&["a/n1"]), Instant::now());
+    assert_eq!(go, ids(&["a/n1"]));
 }

@@ -211,19 +211,19 @@ impl WorkingState {
         read
     }
 
-    /// The sources, other than `read`, of the links that `fresh` records
-    /// claim.
+    /// The sources, other than `read` (sorted), of the links that `fresh`
+    /// records claim.
     fn claimed_sources(&self, read: &[String], fresh: &[NodeRecord]) -> Vec<String> {
-        let Some(rows) = self.rows.as_ref() else {
+        let claimed: BTreeSet<&str> = fresh.iter().flat_map(NodeRecord::claimed_links).collect();
+        let Some(rows) = self.rows.as_ref().filter(|_| !claimed.is_empty()) else {
             return Vec::new();
         };
-        let claimed: BTreeSet<&str> = fresh.iter().flat_map(NodeRecord::claimed_links).collect();
         let sources: BTreeSet<&str> = rows
             .links
             .iter()
             .filter(|l| claimed.contains(l.link_id.as_str()))
             .map(|l| l.source_node.as_str())
-            .filter(|s| !read.iter().any(|r| r == s))
+            .filter(|s| read.binary_search_by(|r| r.as_str().cmp(s)).is_err())
             .collect();
         sources.into_iter().map(str::to_string).collect()
     }
