@@ -22,7 +22,9 @@ mod postgres {
 mod postgres_backend {
     use std::time::{Duration, Instant};
 
-    use slim_cp::store::model::{Link, LinkStatus, Registration, ReplicaRef, Route, RouteStatus};
+    use slim_cp::store::model::{
+        Link, LinkStatus, Registration, ReplicaRef, Route, RouteMark, RouteStatus,
+    };
     use slim_cp::store::model::{Name, SessionState};
     use slim_cp::store::{ChangeSet, PgStore, SetupError, Store, StoreError};
     use tokio_postgres::NoTls;
@@ -154,6 +156,76 @@ mod postgres_backend {
         let skew = (rec.updated_at - slim_cp::clock::unix_now()).abs();
         assert!(skew < 30, "the database's now(), in Unix seconds: {skew}");
         let _ = s;
+    }
+
+    /// What a trigger on `routes` saw of each write's commit mode, in
+    /// write order.
+    async fn commit_modes(db: &PgTestDb) -> Vec<String> {
+        let (client, conn) = tokio_postgres::connect(&pg_url_for(db.name()), NoTls)
+            .await
+            .expect("connection to the test database");
+        tokio::spawn(conn);
+        let rows = client
+            .query("SELECT mode FROM commit_modes ORDER BY seq", &[])
+            .await
+            .expect("commit modes");
+        rows.iter().map(|r| r.get(0)).collect()
+    }
+
+    /// A reconcile's records of what a node holds commit without waiting
+    /// for the disk (the next look records them again); the leader's
+    /// derived rows do wait. Fenced, the fence still runs first: the
+    /// records of a deposed term are refused.
+    #[tokio::test]
+    async fn pg_only_a_reconciles_records_skip_the_wait_for_the_disk() {
+        let db = fresh_pg_db().await;
+        sql(
+            &db,
+            "CREATE TABLE commit_modes (seq serial, mode text); \
+             CREATE FUNCTION note_commit_mode() RETURNS trigger LANGUAGE plpgsql AS $$ \
+               BEGIN INSERT INTO commit_modes (mode) \
+                 VALUES (current_setting('synchronous_commit')); RETURN NULL; END $$; \
+             CREATE TRIGGER note AFTER INSERT OR UPDATE ON routes \
+               FOR EACH ROW EXECUTE FUNCTION note_commit_mode()",
+        )
+        .await;
+        let leader = db.with_fence(0);
+        leader
+            .apply(ChangeSet {
+                put_links: vec![mk_link("l-1", "a/n1", ("a", "b"), false)],
+                put_routes: vec![mk_route("r-1", "l-1")],
+                ..ChangeSet::default()
+            })
+            .await
+            .expect("epoch 0 stands");
+        let applied = [RouteMark {
+            id: "r-1".into(),
+            status: RouteStatus::Applied,
+            message: String::new(),
+        }];
+        leader
+            .record_acknowledgement("a/n1", &[], &applied, &[])
+            .await
+            .expect("recorded");
+        assert_eq!(commit_modes(&db).await, ["on", "off"]);
+        sql(&db, "UPDATE leadership SET epoch = 1").await;
+        let failed = [RouteMark {
+            status: RouteStatus::Failed,
+            ..applied[0].clone()
+        }];
+        let err = leader
+            .record_acknowledgement("a/n1", &[], &failed, &[])
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err,
+            StoreError::Fenced {
+                epoch: 0,
+                current: 1
+            }
+        );
+        let routes = db.list_routes().await.unwrap();
+        assert_eq!(routes[0].status, RouteStatus::Applied, "nothing written");
     }
 
     #[tokio::test]

@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use super::tx::{Db, Mode, Op, TxError, query_one};
+use super::tx::{Db, Mode, Op, TxError, query_one, relaxed};
 use super::{PgStore, changes, domains, links, nodes, notify, routes, templates, topology};
 use crate::store::model::{
     DepartureKind, DesiredState, Domain, Link, LinkAnswer, Name, NodeRecord, Registration,
@@ -130,7 +130,7 @@ impl Store for PgStore {
         // before this call never reads as later than its result.
         const SQL: &str = "SELECT floor(extract(epoch FROM now()))::bigint";
         self.tx
-            .run(read("now"), (), |db, _| {
+            .run(Op::alone("now"), (), |db, _| {
                 Box::pin(async move { Ok(query_one(db, SQL, &[]).await?.try_get(0)?) })
             })
             .await
@@ -140,7 +140,7 @@ impl Store for PgStore {
         // The transaction's start: earlier than the answer's arrival.
         const SQL: &str = "SELECT floor(extract(epoch FROM now()) * 1000)::bigint";
         self.tx
-            .run(read("now_millis"), (), |db, _| {
+            .run(Op::alone("now_millis"), (), |db, _| {
                 Box::pin(async move { Ok(query_one(db, SQL, &[]).await?.try_get(0)?) })
             })
             .await
@@ -148,7 +148,9 @@ impl Store for PgStore {
 
     async fn get_node(&self, node: &str) -> Result<Option<NodeRecord>, StoreError> {
         self.tx
-            .run(read("get_node"), node, |db, n| Box::pin(nodes::get(db, n)))
+            .run(Op::alone("get_node"), node, |db, n| {
+                Box::pin(nodes::get(db, n))
+            })
             .await
     }
 
@@ -162,7 +164,7 @@ impl Store for PgStore {
 
     async fn get_nodes(&self, ids: &[String]) -> Result<Vec<NodeRecord>, StoreError> {
         self.tx
-            .run(read("get_nodes"), ids, |db, ids| {
+            .run(Op::alone("get_nodes"), ids, |db, ids| {
                 Box::pin(nodes::get_many(db, ids))
             })
             .await
@@ -188,7 +190,7 @@ impl Store for PgStore {
 
     async fn templates_of(&self, nodes: &[String]) -> Result<Vec<Template>, StoreError> {
         self.tx
-            .run(read("templates_of"), nodes, |db, n| {
+            .run(Op::alone("templates_of"), nodes, |db, n| {
                 Box::pin(templates::of_nodes(db, n))
             })
             .await
@@ -234,7 +236,7 @@ impl Store for PgStore {
 
     async fn get_links(&self, ids: &[String]) -> Result<Vec<Link>, StoreError> {
         self.tx
-            .run(read("get_links"), ids, |db, ids| {
+            .run(Op::alone("get_links"), ids, |db, ids| {
                 Box::pin(links::get_many(db, ids))
             })
             .await
@@ -370,7 +372,7 @@ impl Store for PgStore {
 
     async fn links_touching(&self, node: &str) -> Result<Vec<Link>, StoreError> {
         self.tx
-            .run(read("links_touching"), node, |db, n| {
+            .run(Op::alone("links_touching"), node, |db, n| {
                 Box::pin(links::touching(db, n))
             })
             .await
@@ -378,7 +380,7 @@ impl Store for PgStore {
 
     async fn routes_sourced(&self, node: &str) -> Result<Vec<Route>, StoreError> {
         self.tx
-            .run(read("routes_sourced"), node, |db, n| {
+            .run(Op::alone("routes_sourced"), node, |db, n| {
                 Box::pin(routes::sourced(db, n))
             })
             .await
@@ -396,7 +398,7 @@ impl Store for PgStore {
             .run(
                 self.derive("mark_links_sent"),
                 (source, answers),
-                |db, (s, a)| Box::pin(links::mark_sent(db, s, a)),
+                |db, (s, a)| Box::pin(relaxed(db, links::mark_sent(db, s, a))),
             )
             .await
     }
@@ -417,7 +419,7 @@ impl Store for PgStore {
                 self.derive("record_acknowledgement"),
                 args,
                 |db, (s, a, m, f)| {
-                    Box::pin(async move {
+                    Box::pin(relaxed(db, async move {
                         if !a.is_empty() {
                             links::mark_sent(db, s, a).await?;
                         }
@@ -426,7 +428,7 @@ impl Store for PgStore {
                         }
                         links::delete(db, f).await?;
                         Ok(())
-                    })
+                    }))
                 },
             )
             .await
@@ -438,7 +440,7 @@ impl Store for PgStore {
         }
         self.tx
             .run(self.derive("mark_routes"), marks, |db, m| {
-                Box::pin(routes::mark(db, m))
+                Box::pin(relaxed(db, routes::mark(db, m)))
             })
             .await
     }
