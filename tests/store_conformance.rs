@@ -189,7 +189,12 @@ mod postgres_backend {
                FOR EACH ROW EXECUTE FUNCTION note_commit_mode()",
         )
         .await;
-        let leader = db.with_fence(0);
+        // Whatever the server's default (a throwaway cluster runs with it
+        // off), this database's sessions start with it on.
+        let on = format!("ALTER DATABASE {} SET synchronous_commit = on", db.name());
+        sql(&db, &on).await;
+        let store = PgStore::connect(&pg_url_for(db.name()), 2).await.unwrap();
+        let leader = store.with_fence(0);
         leader
             .apply(ChangeSet {
                 put_links: vec![mk_link("l-1", "a/n1", ("a", "b"), false)],
