@@ -1,16 +1,20 @@
 //! The leader's change sets, applied in one transaction. The order of the
 //! statements is chosen for the database, the result is the memory store's:
 //!
-//! 1. lock the rows of nodes whose claims are consumed and of the sources
-//!    of retired links, in id order (the order every multi-node writer
-//!    uses, so two never deadlock); a source's registration waits for the
-//!    lock, so its reply is read after a retirement commits or the
-//!    retirement sees the source back;
+//! 1. with links to retire, lock the rows of their sources and of the
+//!    nodes whose claims are consumed, in id order (the order every
+//!    multi-node writer uses, so two never deadlock); a source's
+//!    registration waits for the lock, so its reply is read after a
+//!    retirement commits or the retirement sees the source back;
 //! 2. delete links (retired ones whose source is still away), then write
 //!    tombstones, then live links: the unique one-live-link-per-pair index
 //!    never sees two live links at once;
 //! 3. delete routes, then write routes;
-//! 4. consume the claims on the locked rows.
+//! 4. consume the claims on the locked rows. With nothing to retire (the
+//!    common case) the claimants' rows are locked only now, in one
+//!    statement, so that the claims those nodes report meanwhile wait
+//!    for the commit alone, not for the whole write (they waited 30-50 ms
+//!    behind the routes a claim opens).
 //!
 //! An id both put and deleted ends deleted (the memory store puts, then
 //! deletes); an id put twice ends as its last put.
@@ -27,9 +31,14 @@ use crate::store::{ChangeSet, Retire};
 
 pub(super) async fn apply(db: &Db<'_>, changes: &ChangeSet) -> Result<(), TxError> {
     let claims = claims_by_node(&changes.consume_claims);
-    let mut to_lock: BTreeSet<&str> = claims.keys().copied().collect();
-    to_lock.extend(changes.retire_links.iter().map(|r| r.source.as_str()));
-    let held = lock_nodes(db, to_lock.into_iter().collect()).await?;
+    let claimants = || claims.keys().copied();
+    let early = !changes.retire_links.is_empty();
+    let mut held = Vec::new();
+    if early {
+        let mut to_lock: BTreeSet<&str> = claimants().collect();
+        to_lock.extend(changes.retire_links.iter().map(|r| r.source.as_str()));
+        held = lock_nodes(db, to_lock.into_iter().collect()).await?;
+    }
     let mut deletes = changes.delete_links.clone();
     deletes.extend(retired(&changes.retire_links, &held));
     links::delete(db, &deletes).await?;
@@ -40,6 +49,9 @@ pub(super) async fn apply(db: &Db<'_>, changes: &ChangeSet) -> Result<(), TxErro
         &r.id
     });
     routes::upsert(db, &put_routes).await?;
+    if !early {
+        held = lock_nodes(db, claimants().collect()).await?;
+    }
     let consumed: Vec<Consumed> = held
         .into_iter()
         .filter_map(|node| {
