@@ -218,7 +218,9 @@ impl Reconciler {
         let mut lookups = tokio::task::JoinSet::new();
         let creating = links.iter().filter(|l| step.creating.contains(&l.link_id));
         for l in creating {
-            let Some(dest) = l.dest_node.clone() else { continue };
+            let Some(dest) = l.dest_node.clone() else {
+                continue;
+            };
             let (transport, link) = (self.transport.clone(), l.link_id.clone());
             lookups.spawn(async move {
                 let found = transport.target(&dest).await;
@@ -228,7 +230,9 @@ impl Reconciler {
         }
         let mut out = Vec::new();
         while let Some(done) = lookups.join_next().await {
-            let Ok((link, dest, true)) = done else { continue };
+            let Ok((link, dest, true)) = done else {
+                continue;
+            };
             debug!(%link, %dest, "destination not connected; the link waits");
             out.push(link);
         }
