@@ -31,16 +31,15 @@ use crate::store::{ChangeSet, Retire};
 
 pub(super) async fn apply(db: &Db<'_>, changes: &ChangeSet) -> Result<(), TxError> {
     let claims = claims_by_node(&changes.consume_claims);
-    let claimants = || claims.keys().copied();
-    let early = !changes.retire_links.is_empty();
-    let mut held = Vec::new();
-    if early {
-        let mut to_lock: BTreeSet<&str> = claimants().collect();
+    let retiring = !changes.retire_links.is_empty();
+    let mut early = Vec::new();
+    if retiring {
+        let mut to_lock: BTreeSet<&str> = claims.keys().copied().collect();
         to_lock.extend(changes.retire_links.iter().map(|r| r.source.as_str()));
-        held = lock_nodes(db, to_lock.into_iter().collect()).await?;
+        early = lock_nodes(db, to_lock.into_iter().collect()).await?;
     }
     let mut deletes = changes.delete_links.clone();
-    deletes.extend(retired(&changes.retire_links, &held));
+    deletes.extend(retired(&changes.retire_links, &early));
     links::delete(db, &deletes).await?;
     let put_links = last_puts(&changes.put_links, &deletes, |l: &Link| &l.link_id);
     links::upsert(db, &put_links).await?;
@@ -49,9 +48,10 @@ pub(super) async fn apply(db: &Db<'_>, changes: &ChangeSet) -> Result<(), TxErro
         &r.id
     });
     routes::upsert(db, &put_routes).await?;
-    if !early {
-        held = lock_nodes(db, claimants().collect()).await?;
-    }
+    let held = match retiring {
+        true => early,
+        false => lock_nodes(db, claims.keys().copied().collect()).await?,
+    };
     let consumed: Vec<Consumed> = held
         .into_iter()
         .filter_map(|node| {

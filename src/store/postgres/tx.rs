@@ -38,10 +38,17 @@ pub(super) struct Db<'a> {
 }
 
 impl<'a> Db<'a> {
-    fn alone(client: &'a deadpool_postgres::ClientWrapper) -> Self {
+    fn bare(client: &'a deadpool_postgres::ClientWrapper) -> Self {
         Db {
             client,
             statements: &client.statement_cache,
+        }
+    }
+
+    fn within(tx: &'a deadpool_postgres::Transaction<'_>) -> Self {
+        Db {
+            client: tx.client(),
+            statements: &tx.statement_cache,
         }
     }
 
@@ -194,7 +201,7 @@ impl Tx {
         let mut client = self.pool.get().await.map_err(TxError::Pool)?;
         let work = async {
             if op.alone {
-                return body(&Db::alone(&client), args).await;
+                return body(&Db::bare(&client), args).await;
             }
             let tx = client
                 .build_transaction()
@@ -202,10 +209,7 @@ impl Tx {
                 .read_only(op.mode == Mode::Read)
                 .start()
                 .await?;
-            let db = Db {
-                client: tx.client(),
-                statements: &tx.statement_cache,
-            };
+            let db = Db::within(&tx);
             let value = match op.mode {
                 Mode::Derive(Some(epoch)) => fenced(&db, epoch, body(&db, args)).await?,
                 _ => body(&db, args).await?,
