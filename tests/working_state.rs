@@ -425,3 +425,103 @@ fn postgres_a_claim_ahead_of_its_sources_signal_is_made_under_the_new_session() 
         a_claim_ahead_of_its_sources_signal_is_made_under_the_new_session(store).await
     });
 }
+
+/// Scenario: a claim is read as part of a source read for another claim.
+/// `c` claims `b -> c`, so the leader reads `b` again; `b`'s record holds
+/// its own claim of `a -> b`, made over a connection from `a`'s new
+/// session, whose signal has not arrived. That claim too is made under the
+/// new session: the source of every claim read is read with it, however
+/// the claims chain.
+async fn a_claim_read_with_a_claims_source_is_made_under_its_sources_new_session(
+    store: Arc<dyn Store>,
+) {
+    let (a, b, c) = (0, 1, 2);
+    let mut w = World::new(store.clone());
+    for op in [Op::Register(a), Op::Register(b), Op::Register(c), Op::Batch] {
+        w.run(&op).await.expect("a step");
+    }
+    for op in [Op::Claim(b), Op::Claim(c), Op::Batch] {
+        w.run(&op).await.expect("a step");
+    }
+    let ab = w.live_link(a, b).await;
+    let bc = w.live_link(b, c).await;
+    for op in [Op::End(a, false), Op::End(b, false), Op::Batch] {
+        w.run(&op).await.expect("a step");
+    }
+    for op in [Op::Register(a), Op::Register(b)] {
+        w.run(&op).await.expect("a step");
+    }
+    w.signalled.clear();
+    w.receive(b, &ab).await;
+    w.receive(c, &bc).await;
+    w.signalled.insert(node(c));
+    w.run(&Op::Batch).await.expect("the batch of c's claim");
+    w.signalled.extend([node(a), node(b)]);
+    w.run(&Op::Batch)
+        .await
+        .expect("the batch of the late signals");
+    for (link, source) in [(&ab, a), (&bc, b)] {
+        let l = w.live_link_by_id(link).await;
+        assert_eq!(
+            l.status,
+            slim_cp::store::model::LinkStatus::Applied,
+            "{l:?}"
+        );
+        let generation = store
+            .get_node(&node(source))
+            .await
+            .expect("read")
+            .expect("the source")
+            .generation;
+        let claim = l.claim.expect("claimed");
+        assert_eq!(claim.source_generation, generation, "{l:?}");
+    }
+}
+
+impl World {
+    /// This history's live link from `source` into `dest`'s group.
+    async fn live_link(&self, source: usize, dest: usize) -> String {
+        let links = self.store.list_links().await.expect("the links");
+        let dest_group = format!("g{}", dest % GROUPS);
+        let found = links.iter().find(|l| {
+            !l.deleted
+                && l.link_id.contains(&self.prefix)
+                && l.source_node == node(source)
+                && l.dest_group == dest_group
+        });
+        found.expect("the link").link_id.clone()
+    }
+
+    async fn live_link_by_id(&self, id: &str) -> slim_cp::store::model::Link {
+        let links = self.store.list_links().await.expect("the links");
+        let found = links.into_iter().find(|l| !l.deleted && l.link_id == id);
+        found.expect("the live link")
+    }
+
+    /// Node `k`'s current session reports `link` as received.
+    async fn receive(&self, k: usize, link: &str) {
+        let session = self.session(k).await.expect("a session");
+        let (id, into) = (node(k), [link.to_string()]);
+        let done = self.store.record_received(&id, session, &into);
+        done.await.expect("the claim fact");
+    }
+}
+
+#[test]
+fn memory_a_claim_read_with_a_claims_source_is_made_under_its_sources_new_session() {
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    rt.block_on(
+        a_claim_read_with_a_claims_source_is_made_under_its_sources_new_session(Arc::new(
+            MemoryStore::new(),
+        )),
+    );
+}
+
+#[test]
+fn postgres_a_claim_read_with_a_claims_source_is_made_under_its_sources_new_session() {
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    rt.block_on(async {
+        let store = common::pg::fresh_pg_store().await;
+        a_claim_read_with_a_claims_source_is_made_under_its_sources_new_session(store).await
+    });
+}

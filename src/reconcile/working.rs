@@ -176,30 +176,38 @@ impl WorkingState {
         }
         let mut ids = std::mem::take(&mut self.stale);
         ids.extend(nodes.iter().filter(|n| !n.is_empty()).cloned());
-        let ids: Vec<String> = ids.into_iter().collect();
         if ids.is_empty() && written.is_empty() {
             return Ok(());
         }
+        let wanted: Vec<String> = ids.iter().cloned().collect();
         let read = tokio::try_join!(
-            store.get_nodes(&ids),
-            store.templates_of(&ids),
+            store.get_nodes(&wanted),
+            store.templates_of(&wanted),
             store.get_links(&written)
         );
-        let (fresh_nodes, fresh_templates, fresh_links) = self.unless_failed(read)?;
-        let sources = self.claimed_sources(&ids, &fresh_nodes);
-        self.merge_nodes(&ids, fresh_nodes, fresh_templates);
+        let (mut fresh_nodes, mut fresh_templates, fresh_links) = self.unless_failed(read)?;
         self.merge_links(&written, fresh_links);
-        if sources.is_empty() {
-            return Ok(());
+        // A claim is made under the sessions its rows hold, so the source
+        // of every claim read must be read in the same snapshot or a later
+        // one: a claim fact comes from a connection the source dialed
+        // under a session it had registered by then. Claimed under an
+        // older generation, the link would look outdated once the source's
+        // own signal arrived, with its claim fact already spent. A source
+        // read anew can hold claims of its own, so the set grows until it
+        // holds every source of its claims, and each round reads the whole
+        // set at once.
+        loop {
+            let sources = self.claimed_sources(&ids, &fresh_nodes);
+            if sources.is_empty() {
+                break;
+            }
+            ids.extend(sources);
+            let wanted: Vec<String> = ids.iter().cloned().collect();
+            let read = tokio::try_join!(store.get_nodes(&wanted), store.templates_of(&wanted));
+            (fresh_nodes, fresh_templates) = self.unless_failed(read)?;
         }
-        // Read after the claims: a claim fact comes from a connection the
-        // source dialed under a session it had registered by then, so this
-        // read holds that session. Claimed under the older generation the
-        // rows held, the link would look outdated once the source's own
-        // signal arrived, with its claim fact already spent.
-        let read = tokio::try_join!(store.get_nodes(&sources), store.templates_of(&sources));
-        let (fresh_nodes, fresh_templates) = self.unless_failed(read)?;
-        self.merge_nodes(&sources, fresh_nodes, fresh_templates);
+        let ids: Vec<String> = ids.into_iter().collect();
+        self.merge_nodes(&ids, fresh_nodes, fresh_templates);
         Ok(())
     }
 
@@ -211,9 +219,9 @@ impl WorkingState {
         read
     }
 
-    /// The sources, other than `read` (sorted), of the links that `fresh`
+    /// The sources, other than those `read`, of the links that `fresh`
     /// records claim.
-    fn claimed_sources(&self, read: &[String], fresh: &[NodeRecord]) -> Vec<String> {
+    fn claimed_sources(&self, read: &BTreeSet<String>, fresh: &[NodeRecord]) -> Vec<String> {
         let claimed: BTreeSet<&str> = fresh.iter().flat_map(NodeRecord::claimed_links).collect();
         let Some(rows) = self.rows.as_ref().filter(|_| !claimed.is_empty()) else {
             return Vec::new();
@@ -223,7 +231,7 @@ impl WorkingState {
             .iter()
             .filter(|l| claimed.contains(l.link_id.as_str()))
             .map(|l| l.source_node.as_str())
-            .filter(|s| read.binary_search_by(|r| r.as_str().cmp(s)).is_err())
+            .filter(|s| !read.contains(*s))
             .collect();
         sources.into_iter().map(str::to_string).collect()
     }
