@@ -212,29 +212,31 @@ impl Reconciler {
     /// message at a time, so a dial towards a dead end would hold every
     /// later command (the delete that ends it too) until the dial gives up.
     async fn dead_ends(&self, links: &[Link], step: &Step) -> Vec<String> {
-        // All at once: on Postgres each lookup is a round trip, and a
-        // gateway's first command creates dozens of links (one after
-        // another they took up to 90 ms at 10,000 nodes).
-        let mut lookups = tokio::task::JoinSet::new();
-        let creating = links.iter().filter(|l| step.creating.contains(&l.link_id));
-        for l in creating {
-            let Some(dest) = l.dest_node.clone() else {
-                continue;
-            };
-            let (transport, link) = (self.transport.clone(), l.link_id.clone());
-            lookups.spawn(async move {
-                let found = transport.target(&dest).await;
-                let away = matches!(found, Err(TransportError::NotConnected(_)));
-                (link, dest, away)
-            });
+        let creating: Vec<&Link> = links
+            .iter()
+            .filter(|l| step.creating.contains(&l.link_id))
+            .collect();
+        let dests: BTreeSet<String> = creating
+            .iter()
+            .filter_map(|l| l.dest_node.clone())
+            .collect();
+        if dests.is_empty() {
+            return Vec::new();
         }
+        // One lookup for all: a gateway's first command creates dozens of
+        // links, and on Postgres each lookup is a round trip. A failed one
+        // holds nothing back: the node's own dial tells.
+        let dests: Vec<String> = dests.into_iter().collect();
+        let Ok(connected) = self.transport.connected(&dests).await else {
+            return Vec::new();
+        };
         let mut out = Vec::new();
-        while let Some(done) = lookups.join_next().await {
-            let Ok((link, dest, true)) = done else {
+        for l in creating {
+            let Some(dest) = l.dest_node.as_deref().filter(|d| !connected.contains(*d)) else {
                 continue;
             };
-            debug!(%link, %dest, "destination not connected; the link waits");
-            out.push(link);
+            debug!(link = %l.link_id, %dest, "destination not connected; the link waits");
+            out.push(l.link_id.clone());
         }
         out.sort();
         out

@@ -11,6 +11,11 @@ fn set(names: &[&str]) -> BTreeSet<String> {
     names.iter().map(|s| s.to_string()).collect()
 }
 
+/// The nodes `p` lets go now of those `affected`, the links as in `rows`.
+fn release(p: &mut Pacing, rows: &Rows, affected: &[&str]) -> Vec<String> {
+    p.release(Some(rows), set(affected), Instant::now())
+}
+
 #[tokio::test(start_paused = true)]
 async fn affected_nodes_wait_for_a_quiet_spell() {
     let mut a = Affected::default();
@@ -73,11 +78,11 @@ async fn a_gateway_goes_at_once_for_its_dials_then_waits_for_their_claims() {
     let mut p = Pacing::default();
     let now = Instant::now();
     let pending = rows([Pending, Pending]);
-    let go = p.release(Some(&pending), set(&["a/n1"]), now);
+    let go = release(&mut p, &pending, &["a/n1"]);
     assert_eq!(go, ids(&["a/n1"]), "its dials go at once");
     assert_eq!(p.due(), None, "nobody held");
     // Still Pending in the rows (the answers not read yet): commanded.
-    let go = p.release(Some(&pending), set(&["a/n1", "b/n1"]), now);
+    let go = release(&mut p, &pending, &["a/n1", "b/n1"]);
     assert!(
         go.is_empty(),
         "the source and the dialed group wait: {go:?}"
@@ -85,11 +90,11 @@ async fn a_gateway_goes_at_once_for_its_dials_then_waits_for_their_claims() {
     assert_eq!(p.due(), Some(now + HOLD_MAX));
     tokio::time::advance(HOLD_MAX / 2).await;
     let half = rows([Applied, Connecting]);
-    let go = p.release(Some(&half), set(&["a/n1", "b/n1"]), Instant::now());
+    let go = release(&mut p, &half, &["a/n1", "b/n1"]);
     assert_eq!(go, ids(&["b/n1"]), "b's link is claimed");
     assert_eq!(p.due(), Some(now + HOLD_MAX), "held since the first hold");
     let claimed = rows([Applied, Applied]);
-    let go = p.release(Some(&claimed), set(&["a/n1"]), Instant::now());
+    let go = release(&mut p, &claimed, &["a/n1"]);
     assert_eq!(go, ids(&["a/n1"]), "every link claimed");
     assert_eq!(p.due(), None);
 }
@@ -98,17 +103,16 @@ async fn a_gateway_goes_at_once_for_its_dials_then_waits_for_their_claims() {
 async fn a_new_link_or_the_cap_releases_a_held_gateway() {
     use LinkStatus::*;
     let mut p = Pacing::default();
-    let now = Instant::now();
     let mut one = rows([Pending, Applied]);
     one.links.truncate(1);
-    assert_eq!(p.release(Some(&one), set(&["a/n1"]), now), ids(&["a/n1"]));
-    assert!(p.release(Some(&one), set(&["a/n1"]), now).is_empty());
+    assert_eq!(release(&mut p, &one, &["a/n1"]), ids(&["a/n1"]));
+    assert!(release(&mut p, &one, &["a/n1"]).is_empty());
     let two = rows([Connecting, Pending]);
-    let go = p.release(Some(&two), set(&["a/n1"]), now);
+    let go = release(&mut p, &two, &["a/n1"]);
     assert_eq!(go, ids(&["a/n1"]), "a link it was not commanded to create");
-    assert!(p.release(Some(&two), set(&["a/n1"]), now).is_empty());
+    assert!(release(&mut p, &two, &["a/n1"]).is_empty());
     tokio::time::advance(HOLD_MAX).await;
-    let go = p.release(Some(&two), set(&["a/n1"]), Instant::now());
+    let go = release(&mut p, &two, &["a/n1"]);
     assert_eq!(go, ids(&["a/n1"]), "never past the cap");
     assert_eq!(p.due(), None);
 }
@@ -120,20 +124,14 @@ async fn a_held_node_goes_at_its_cap_unasked() {
     let mut p = Pacing::default();
     let now = Instant::now();
     let planned = rows([Pending, Pending]);
-    assert_eq!(
-        p.release(Some(&planned), set(&["a/n1"]), now),
-        ids(&["a/n1"])
-    );
+    assert_eq!(release(&mut p, &planned, &["a/n1"]), ids(&["a/n1"]));
     let sent = rows([Connecting, Connecting]);
-    assert!(p.release(Some(&sent), set(&["a/n1"]), now).is_empty());
+    assert!(release(&mut p, &sent, &["a/n1"]).is_empty());
     assert_eq!(p.due(), Some(now + HOLD_MAX));
     tokio::time::advance(HOLD_MAX / 2).await;
-    assert!(
-        p.release(Some(&sent), set(&[]), Instant::now()).is_empty(),
-        "not yet"
-    );
+    assert!(release(&mut p, &sent, &[]).is_empty(), "not yet");
     tokio::time::advance(HOLD_MAX / 2).await;
-    let go = p.release(Some(&sent), set(&[]), Instant::now());
+    let go = release(&mut p, &sent, &[]);
     assert_eq!(go, ids(&["a/n1"]));
     assert_eq!(p.due(), None);
 }

@@ -11,6 +11,7 @@ mod registry;
 mod remote;
 pub mod stream;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -151,8 +152,31 @@ impl Transport {
         };
         match remote.locate(node).await? {
             None => Err(TransportError::NotConnected(node.to_string())),
-            Some(at) if at.local => self.local(node, Some(at.session)).map(Target::Local),
-            Some(at) => Ok(Target::Remote(at)),
+            Some(at) => self.reach(at),
+        }
+    }
+
+    /// Which of `nodes` have a current session, on this replica or on
+    /// another, found in one lookup.
+    pub async fn connected(&self, nodes: &[String]) -> Result<BTreeSet<String>, TransportError> {
+        let Some(remote) = &self.remote else {
+            let here = nodes.iter().filter(|n| self.local(n, None).is_ok());
+            return Ok(here.cloned().collect());
+        };
+        let found = remote.locate_all(nodes).await?;
+        let reachable = found.into_iter().filter_map(|at| {
+            let node = at.node.clone();
+            self.reach(at).is_ok().then_some(node)
+        });
+        Ok(reachable.collect())
+    }
+
+    /// The target of a located session: this replica's stream of it, or
+    /// its owner.
+    fn reach(&self, at: Location) -> Result<Target, TransportError> {
+        match at.local {
+            true => self.local(&at.node, Some(at.session)).map(Target::Local),
+            false => Ok(Target::Remote(at)),
         }
     }
 

@@ -47,8 +47,15 @@ impl Forwarded {
 /// Finds sessions and forwards requests to their owners.
 #[async_trait]
 pub trait Remote: Send + Sync + 'static {
+    /// Where the current sessions of `nodes` are, in one lookup; a node
+    /// without one is left out.
+    async fn locate_all(&self, nodes: &[String]) -> Result<Vec<Location>, TransportError>;
+
     /// Where `node`'s current session is; `None` without one.
-    async fn locate(&self, node: &str) -> Result<Option<Location>, TransportError>;
+    async fn locate(&self, node: &str) -> Result<Option<Location>, TransportError> {
+        let found = self.locate_all(&[node.to_string()]).await?;
+        Ok(found.into_iter().next())
+    }
 
     /// Hands `what` to the owner of the session at `at`. An error other
     /// than the owner's own answer (no such session, fenced, the node's

@@ -212,18 +212,22 @@ impl RelayClient {
 
 #[async_trait]
 impl Remote for RelayClient {
-    async fn locate(&self, node: &str) -> Result<Option<Location>, TransportError> {
-        let record = self
+    async fn locate_all(&self, nodes: &[String]) -> Result<Vec<Location>, TransportError> {
+        let records = self
             .store
-            .get_node(node)
+            .get_nodes(nodes)
             .await
             .map_err(|e| TransportError::Relay(e.to_string()))?;
-        Ok(record.and_then(|r| r.session).map(|s| Location {
-            node: node.to_string(),
-            local: self.identity.is(&s.owner),
-            owner: s.owner,
-            session: s.id,
-        }))
+        let located = records.into_iter().filter_map(|r| {
+            let s = r.session?;
+            Some(Location {
+                node: r.id,
+                local: self.identity.is(&s.owner),
+                owner: s.owner,
+                session: s.id,
+            })
+        });
+        Ok(located.collect())
     }
 
     async fn forward(&self, at: &Location, what: Forwarded) -> Result<Reply, TransportError> {

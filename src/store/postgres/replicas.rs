@@ -15,8 +15,8 @@ use super::PgStore;
 use super::nodes;
 use super::notify;
 use super::rows::to_u64;
-use super::store_impl::{read, write};
-use super::tx::{Db, Op, TxError, execute, query, query_one, query_opt};
+use super::store_impl::{read, statement, write};
+use super::tx::{Db, TxError, execute, query, query_one, query_opt};
 use crate::store::StoreError;
 use crate::store::model::ReplicaRef;
 
@@ -91,7 +91,7 @@ impl PgStore {
     /// `ttl` and not declared dead.
     pub async fn list_replicas(&self, ttl: Duration) -> Result<Vec<ReplicaInfo>, StoreError> {
         self.tx
-            .run(Op::alone("list_replicas"), ttl, |db, ttl| {
+            .run(statement("list_replicas"), ttl, |db, ttl| {
                 Box::pin(list(db, *ttl))
             })
             .await
@@ -100,7 +100,7 @@ impl PgStore {
     /// The current leadership term.
     pub async fn leadership(&self) -> Result<LeadershipInfo, StoreError> {
         self.tx
-            .run(Op::alone("leadership"), (), |db, _| {
+            .run(statement("leadership"), (), |db, _| {
                 Box::pin(leadership(db))
             })
             .await

@@ -24,6 +24,11 @@ pub(super) fn read(name: &'static str) -> Op {
     Op::new(name, Mode::Read)
 }
 
+/// A read of one statement (see [`Mode::Statement`]).
+pub(super) fn statement(name: &'static str) -> Op {
+    Op::new(name, Mode::Statement)
+}
+
 /// Rows past which a change set is written on a connection of its own
 /// (see [`Op::bulk`]): a first derivation writes the fleet's every link
 /// and route.
@@ -130,7 +135,7 @@ impl Store for PgStore {
         // before this call never reads as later than its result.
         const SQL: &str = "SELECT floor(extract(epoch FROM now()))::bigint";
         self.tx
-            .run(Op::alone("now"), (), |db, _| {
+            .run(statement("now"), (), |db, _| {
                 Box::pin(async move { Ok(query_one(db, SQL, &[]).await?.try_get(0)?) })
             })
             .await
@@ -140,7 +145,7 @@ impl Store for PgStore {
         // The transaction's start: earlier than the answer's arrival.
         const SQL: &str = "SELECT floor(extract(epoch FROM now()) * 1000)::bigint";
         self.tx
-            .run(Op::alone("now_millis"), (), |db, _| {
+            .run(statement("now_millis"), (), |db, _| {
                 Box::pin(async move { Ok(query_one(db, SQL, &[]).await?.try_get(0)?) })
             })
             .await
@@ -148,7 +153,7 @@ impl Store for PgStore {
 
     async fn get_node(&self, node: &str) -> Result<Option<NodeRecord>, StoreError> {
         self.tx
-            .run(Op::alone("get_node"), node, |db, n| {
+            .run(statement("get_node"), node, |db, n| {
                 Box::pin(nodes::get(db, n))
             })
             .await
@@ -164,7 +169,7 @@ impl Store for PgStore {
 
     async fn get_nodes(&self, ids: &[String]) -> Result<Vec<NodeRecord>, StoreError> {
         self.tx
-            .run(Op::alone("get_nodes"), ids, |db, ids| {
+            .run(statement("get_nodes"), ids, |db, ids| {
                 Box::pin(nodes::get_many(db, ids))
             })
             .await
@@ -190,7 +195,7 @@ impl Store for PgStore {
 
     async fn templates_of(&self, nodes: &[String]) -> Result<Vec<Template>, StoreError> {
         self.tx
-            .run(Op::alone("templates_of"), nodes, |db, n| {
+            .run(statement("templates_of"), nodes, |db, n| {
                 Box::pin(templates::of_nodes(db, n))
             })
             .await
@@ -236,7 +241,7 @@ impl Store for PgStore {
 
     async fn get_links(&self, ids: &[String]) -> Result<Vec<Link>, StoreError> {
         self.tx
-            .run(Op::alone("get_links"), ids, |db, ids| {
+            .run(statement("get_links"), ids, |db, ids| {
                 Box::pin(links::get_many(db, ids))
             })
             .await
@@ -372,7 +377,7 @@ impl Store for PgStore {
 
     async fn links_touching(&self, node: &str) -> Result<Vec<Link>, StoreError> {
         self.tx
-            .run(Op::alone("links_touching"), node, |db, n| {
+            .run(statement("links_touching"), node, |db, n| {
                 Box::pin(links::touching(db, n))
             })
             .await
@@ -380,7 +385,7 @@ impl Store for PgStore {
 
     async fn routes_sourced(&self, node: &str) -> Result<Vec<Route>, StoreError> {
         self.tx
-            .run(Op::alone("routes_sourced"), node, |db, n| {
+            .run(statement("routes_sourced"), node, |db, n| {
                 Box::pin(routes::sourced(db, n))
             })
             .await

@@ -29,7 +29,7 @@ use super::metrics::{Metrics, Outcome};
 use crate::store::StoreError;
 
 /// Where an operation's body runs its statements: the connection of its
-/// transaction, or for a one-statement read ([`Op::alone`]) the bare
+/// transaction, or for a one-statement read ([`Mode::Statement`]) the bare
 /// connection, where the statement is its own snapshot and BEGIN and
 /// COMMIT (two round trips of three) are saved.
 pub(super) struct Db<'a> {
@@ -98,6 +98,10 @@ impl From<StoreError> for TxError {
 pub(super) enum Mode {
     /// Reads only, from one snapshot.
     Read,
+    /// A read whose body runs exactly one statement: on the bare
+    /// connection, no transaction around it (the statement is its own
+    /// snapshot).
+    Statement,
     /// Facts and operator writes, from any replica.
     Write,
     /// The leader's derivations: with `Some(epoch)`, the transaction first
@@ -117,8 +121,6 @@ pub(super) struct Op {
     /// is closed afterwards rather than pooled, so that the buffers that
     /// grew to hold the answer go with it.
     pub bulk: bool,
-    /// A read whose body runs one statement: no transaction around it.
-    pub alone: bool,
 }
 
 impl Op {
@@ -128,15 +130,6 @@ impl Op {
             name,
             mode,
             bulk: false,
-            alone: false,
-        }
-    }
-
-    /// A read whose body runs exactly one statement.
-    pub(super) fn alone(name: &'static str) -> Op {
-        Op {
-            alone: true,
-            ..Op::new(name, Mode::Read)
         }
     }
 }
@@ -200,7 +193,7 @@ impl Tx {
     {
         let mut client = self.pool.get().await.map_err(TxError::Pool)?;
         let work = async {
-            if op.alone {
+            if op.mode == Mode::Statement {
                 return body(&Db::bare(&client), args).await;
             }
             let tx = client
@@ -237,7 +230,7 @@ impl Tx {
 impl Mode {
     fn isolation(self) -> IsolationLevel {
         match self {
-            Mode::Read => IsolationLevel::RepeatableRead,
+            Mode::Read | Mode::Statement => IsolationLevel::RepeatableRead,
             Mode::Write | Mode::Derive(_) => IsolationLevel::ReadCommitted,
         }
     }
