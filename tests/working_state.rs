@@ -388,12 +388,7 @@ async fn a_claim_ahead_of_its_sources_signal_is_made_under_the_new_session(store
         .filter(|l| !l.deleted && l.link_id.contains(&w.prefix))
         .collect();
     assert_eq!(live.len(), 1, "one link: {links:?}");
-    let generation = store
-        .get_node(&node(source))
-        .await
-        .expect("read")
-        .expect("the source")
-        .generation;
+    let generation = w.generation(source).await;
     assert_eq!(
         live[0].status,
         slim_cp::store::model::LinkStatus::Applied,
@@ -409,21 +404,12 @@ async fn a_claim_ahead_of_its_sources_signal_is_made_under_the_new_session(store
 
 #[test]
 fn memory_a_claim_ahead_of_its_sources_signal_is_made_under_the_new_session() {
-    let rt = tokio::runtime::Runtime::new().expect("a runtime");
-    rt.block_on(
-        a_claim_ahead_of_its_sources_signal_is_made_under_the_new_session(Arc::new(
-            MemoryStore::new(),
-        )),
-    );
+    on_memory(a_claim_ahead_of_its_sources_signal_is_made_under_the_new_session);
 }
 
 #[test]
 fn postgres_a_claim_ahead_of_its_sources_signal_is_made_under_the_new_session() {
-    let rt = tokio::runtime::Runtime::new().expect("a runtime");
-    rt.block_on(async {
-        let store = common::pg::fresh_pg_store().await;
-        a_claim_ahead_of_its_sources_signal_is_made_under_the_new_session(store).await
-    });
+    on_postgres(a_claim_ahead_of_its_sources_signal_is_made_under_the_new_session);
 }
 
 /// Scenario: a claim is read as part of a source read for another claim.
@@ -467,12 +453,7 @@ async fn a_claim_read_with_a_claims_source_is_made_under_its_sources_new_session
             slim_cp::store::model::LinkStatus::Applied,
             "{l:?}"
         );
-        let generation = store
-            .get_node(&node(source))
-            .await
-            .expect("read")
-            .expect("the source")
-            .generation;
+        let generation = w.generation(source).await;
         let claim = l.claim.expect("claimed");
         assert_eq!(claim.source_generation, generation, "{l:?}");
     }
@@ -498,6 +479,12 @@ impl World {
         found.expect("the live link")
     }
 
+    /// Node `k`'s generation in the store.
+    async fn generation(&self, k: usize) -> u64 {
+        let rec = self.store.get_node(&node(k)).await.expect("read");
+        rec.expect("the node").generation
+    }
+
     /// Node `k`'s current session reports `link` as received.
     async fn receive(&self, k: usize, link: &str) {
         let session = self.session(k).await.expect("a session");
@@ -509,19 +496,22 @@ impl World {
 
 #[test]
 fn memory_a_claim_read_with_a_claims_source_is_made_under_its_sources_new_session() {
-    let rt = tokio::runtime::Runtime::new().expect("a runtime");
-    rt.block_on(
-        a_claim_read_with_a_claims_source_is_made_under_its_sources_new_session(Arc::new(
-            MemoryStore::new(),
-        )),
-    );
+    on_memory(a_claim_read_with_a_claims_source_is_made_under_its_sources_new_session);
 }
 
 #[test]
 fn postgres_a_claim_read_with_a_claims_source_is_made_under_its_sources_new_session() {
+    on_postgres(a_claim_read_with_a_claims_source_is_made_under_its_sources_new_session);
+}
+
+/// Runs `scenario` on a memory store.
+fn on_memory<Fut: std::future::Future<Output = ()>>(scenario: fn(Arc<dyn Store>) -> Fut) {
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
-    rt.block_on(async {
-        let store = common::pg::fresh_pg_store().await;
-        a_claim_read_with_a_claims_source_is_made_under_its_sources_new_session(store).await
-    });
+    rt.block_on(scenario(Arc::new(MemoryStore::new())));
+}
+
+/// Runs `scenario` on a fresh Postgres database.
+fn on_postgres<Fut: std::future::Future<Output = ()>>(scenario: fn(Arc<dyn Store>) -> Fut) {
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    rt.block_on(async { scenario(common::pg::fresh_pg_store().await).await });
 }

@@ -216,9 +216,9 @@ impl Reconciler {
             .iter()
             .filter(|l| step.creating.contains(&l.link_id))
             .collect();
-        let dests: BTreeSet<String> = creating
+        let dests: BTreeSet<&str> = creating
             .iter()
-            .filter_map(|l| l.dest_node.clone())
+            .filter_map(|l| l.dest_node.as_deref())
             .collect();
         if dests.is_empty() {
             return Vec::new();
@@ -226,7 +226,7 @@ impl Reconciler {
         // One lookup for all: a gateway's first command creates dozens of
         // links, and on Postgres each lookup is a round trip. A failed one
         // holds nothing back: the node's own dial tells.
-        let dests: Vec<String> = dests.into_iter().collect();
+        let dests: Vec<String> = dests.into_iter().map(str::to_string).collect();
         let Ok(connected) = self.transport.connected(&dests).await else {
             return Vec::new();
         };

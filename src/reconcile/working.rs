@@ -195,7 +195,9 @@ impl WorkingState {
         // own signal arrived, with its claim fact already spent. A source
         // read anew can hold claims of its own, so the set grows until it
         // holds every source of its claims, and each round reads the whole
-        // set at once.
+        // set's records at once. Templates say nothing of claims: those
+        // of the nodes added are read once, at the end.
+        let signalled = wanted;
         loop {
             let sources = self.claimed_sources(&ids, &fresh_nodes);
             if sources.is_empty() {
@@ -203,8 +205,17 @@ impl WorkingState {
             }
             ids.extend(sources);
             let wanted: Vec<String> = ids.iter().cloned().collect();
-            let read = tokio::try_join!(store.get_nodes(&wanted), store.templates_of(&wanted));
-            (fresh_nodes, fresh_templates) = self.unless_failed(read)?;
+            let read = store.get_nodes(&wanted).await;
+            fresh_nodes = self.unless_failed(read)?;
+        }
+        let added: Vec<String> = ids
+            .iter()
+            .filter(|id| signalled.binary_search(id).is_err())
+            .cloned()
+            .collect();
+        if !added.is_empty() {
+            let read = store.templates_of(&added).await;
+            fresh_templates.extend(self.unless_failed(read)?);
         }
         let ids: Vec<String> = ids.into_iter().collect();
         self.merge_nodes(&ids, fresh_nodes, fresh_templates);
