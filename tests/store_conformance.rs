@@ -435,6 +435,71 @@ mod postgres_backend {
         assert_eq!(rec.session.as_ref(), starts.last().map(|s| &s.session));
     }
 
+    /// The table's updates so far and how many of them were heap-only,
+    /// once the statistics show at least `updates` of them (a backend
+    /// reports its counts when it goes idle or exits).
+    async fn updates_of(db: &PgTestDb, table: &str, updates: i64) -> (i64, i64) {
+        let (client, conn) = tokio_postgres::connect(&pg_url_for(db.name()), NoTls)
+            .await
+            .expect("connection to the test database");
+        tokio::spawn(conn);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let row = client
+                .query_one(
+                    "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = $1",
+                    &[&table],
+                )
+                .await
+                .expect("table statistics");
+            let counts: (i64, i64) = (row.get(0), row.get(1));
+            if counts.0 >= updates || Instant::now() > deadline {
+                return counts;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// A claim rewrites a link without touching an indexed column: with
+    /// room on its page the new version is heap-only, and none of the
+    /// table's four indexes gets an entry. Enough links to fill pages,
+    /// since a page with room would take them at any fillfactor.
+    #[tokio::test]
+    async fn pg_a_links_status_change_is_written_beside_it_not_into_its_indexes() {
+        let db = fresh_pg_db().await;
+        let groups: Vec<String> = (0..25).map(|g| format!("g{g:02}")).collect();
+        let mut links = Vec::new();
+        for (i, a) in groups.iter().enumerate() {
+            for b in &groups[i + 1..] {
+                let id = format!("link-{a}-{b}");
+                links.push(mk_link(&id, &format!("{a}/n1"), (a, b), false));
+            }
+        }
+        let store = PgStore::connect(&pg_url_for(db.name()), 1).await.unwrap();
+        let planned = ChangeSet {
+            put_links: links.clone(),
+            ..ChangeSet::default()
+        };
+        store.apply(planned).await.expect("links planned");
+        for l in &mut links {
+            l.status = LinkStatus::Applied;
+            l.status_msg = "claimed".into();
+            l.updated_at = 8;
+        }
+        let claimed = ChangeSet {
+            put_links: links.clone(),
+            ..ChangeSet::default()
+        };
+        store.apply(claimed).await.expect("links claimed");
+        drop(store);
+        let (updated, hot) = updates_of(&db, "links", links.len() as i64).await;
+        assert_eq!(updated, links.len() as i64, "every link rewritten once");
+        assert!(
+            hot * 10 >= updated * 9,
+            "{hot} of {updated} updates were heap-only"
+        );
+    }
+
     #[tokio::test]
     async fn pg_metrics_count_calls_and_refusals() {
         let db = fresh_pg_db().await;

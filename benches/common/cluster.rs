@@ -100,9 +100,14 @@ impl Cluster {
     pub async fn start(bin: &Path, dir: &Path, db: BenchDb, n: usize) -> Result<Cluster> {
         let mut replicas = Vec::new();
         for i in 0..n {
-            let mut r = Replica::new(bin, dir, i, &db.url)?;
+            replicas.push(Replica::new(bin, dir, i, &db.url)?);
+        }
+        // Once, rather than by replicas racing at start; and by the binary
+        // under test, so that builds compared side by side each run on
+        // their own schema.
+        migrate(bin, &dir.join("bench-0.yaml"))?;
+        for r in &mut replicas {
             r.start()?;
-            replicas.push(r);
         }
         let lb = Balancer::start(replicas.iter().map(Replica::southbound).collect()).await?;
         let cluster = Cluster { replicas, lb, db };
@@ -185,4 +190,22 @@ impl Cluster {
         db.remove().await?;
         size
     }
+}
+
+/// `bin migrate --config config`, waited for.
+fn migrate(bin: &Path, config: &Path) -> Result<()> {
+    let out = std::process::Command::new(bin)
+        .arg("migrate")
+        .arg("--config")
+        .arg(config)
+        .output()
+        .with_context(|| format!("running {} migrate", bin.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{} migrate failed: {}",
+            bin.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
 }

@@ -41,8 +41,18 @@ pub struct BenchDb {
 }
 
 impl BenchDb {
-    /// Creates and migrates `slimcp_bench_<what>_<uuid>`.
+    /// Creates and migrates `slimcp_bench_<what>_<uuid>` (with this
+    /// crate's migrations).
     pub async fn create(admin_url: &str, what: &str) -> Result<BenchDb> {
+        let db = Self::create_empty(admin_url, what).await?;
+        PgStore::migrate(&db.url).await.context("migrating")?;
+        Ok(db)
+    }
+
+    /// Creates `slimcp_bench_<what>_<uuid>`, with no schema: for a
+    /// [`Cluster`](super::cluster::Cluster), which migrates it with the
+    /// binary it runs.
+    pub async fn create_empty(admin_url: &str, what: &str) -> Result<BenchDb> {
         let name = format!("slimcp_bench_{what}_{}", uuid::Uuid::new_v4().simple());
         let admin = connect(admin_url).await?;
         admin
@@ -55,8 +65,6 @@ impl BenchDb {
             name,
             dropped: false,
         };
-        // Migrated here, once, rather than by replicas racing at start.
-        PgStore::migrate(&db.url).await.context("migrating")?;
         Ok(db)
     }
 

@@ -15,6 +15,21 @@ const DEFAULT_NODES_PER_CONNECTION: usize = 32;
 
 const DEFAULT_SIZES: [Size; 2] = [Size::new(200, 20, 50), Size::new(1000, 50, 100)];
 
+const USAGE: &str = "\
+usage: cargo bench --bench converge -- [options]
+  --nodes N --groups N --names N   one fleet size instead of the defaults
+                                   (200/20/50 and 1000/50/100)
+  --db memory|postgres[:URL],...   stores to run slim-cp on (default memory)
+  --replicas N,...                 replicas of each Postgres setup (default 1)
+  --only slim-cp|reference         one control plane only
+  --build LABEL=PATH               a slim-cp binary to compare (repeatable)
+  --nodes-per-connection N         simulated nodes per HTTP/2 connection (32)
+  --timeout SECS                   bound on each convergence
+  --store-ops                      where each Postgres setup's store time went
+  --storm                          kill -9 the busiest follower once converged
+SLIM_CP_BENCH_RUST_LOG sets the control planes' log filter (default: info).
+";
+
 /// The two control planes, by the names `--only` takes.
 pub const SLIM: &str = "slim-cp";
 pub const REFERENCE: &str = "reference";
@@ -147,6 +162,10 @@ pub fn parse_args() -> Result<Args> {
         if flag == "--storm" {
             a.storm = true;
             continue;
+        }
+        if flag == "--help" || flag == "-h" {
+            print!("{USAGE}");
+            std::process::exit(0);
         }
         let value = it.next().with_context(|| format!("{flag} needs a value"))?;
         match flag.as_str() {

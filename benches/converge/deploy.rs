@@ -31,7 +31,7 @@ impl Deployment {
                 admin_url,
                 replicas,
             } => {
-                let db = BenchDb::create(admin_url, "converge").await?;
+                let db = BenchDb::create_empty(admin_url, "converge").await?;
                 let cluster = Cluster::start(slim_cp, dir, db, *replicas).await?;
                 Ok(Deployment::Cluster(cluster))
             }

@@ -107,7 +107,7 @@ async fn main() -> Result<()> {
     let dir = std::env::temp_dir().join(format!("slim-cp-takeover-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     println!("configs and logs: {}", dir.display());
-    let db = BenchDb::create(&args.admin_url, "takeover").await?;
+    let db = BenchDb::create_empty(&args.admin_url, "takeover").await?;
     let observer = Observer::start(&db.url).await?;
     let cluster = Cluster::start(&bin, &dir, db, REPLICAS).await?;
     let fleet = start_fleet(&cluster.lb.url())?;

@@ -147,6 +147,8 @@ impl Leader {
     /// The working state, refreshed for the batch's nodes, serves both
     /// their lifecycle and the derivation: a batch reads what changed.
     async fn handle(&mut self, batch: Vec<String>) -> Result<(), StoreError> {
+        let started = Instant::now();
+        let size = batch.len();
         if let Err(e) = self.state.refresh(self.store.as_ref(), &batch).await {
             batch.iter().for_each(|n| self.retry_later(n, &e));
             return Ok(());
@@ -177,6 +179,7 @@ impl Leader {
             self.retry_later("", &e);
             return Ok(());
         }
+        let refreshed = started.elapsed();
         match derive(
             self.store.as_ref(),
             &self.topology,
@@ -187,6 +190,8 @@ impl Leader {
         {
             Ok(d) => {
                 debug!(
+                    batch = size,
+                    refreshed = ?refreshed,
                     changes = d.changes,
                     affected = d.affected.len(),
                     full = d.full,
