@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -36,6 +36,7 @@ pub struct Replica {
     /// Health and metrics.
     pub http: u16,
     pub proc: Proc,
+    config: PathBuf,
 }
 
 impl Replica {
@@ -51,8 +52,8 @@ impl Replica {
         );
         let config = dir.join(format!("{id}.yaml"));
         std::fs::write(&config, yaml)?;
-        let config = config.display().to_string();
-        let args = ["serve", "--no-migrate", "--config", &config];
+        let path = config.display().to_string();
+        let args = ["serve", "--no-migrate", "--config", &path];
         let proc = Proc::new(&id, bin, &args, dir);
         Ok(Replica {
             id,
@@ -60,6 +61,7 @@ impl Replica {
             sb,
             http,
             proc,
+            config,
         })
     }
 
@@ -105,7 +107,8 @@ impl Cluster {
         // Once, rather than by replicas racing at start; and by the binary
         // under test, so that builds compared side by side each run on
         // their own schema.
-        migrate(bin, &dir.join("bench-0.yaml"))?;
+        let first = replicas.first().context("a cluster of no replicas")?;
+        migrate(bin, &first.config)?;
         for r in &mut replicas {
             r.start()?;
         }

@@ -3,13 +3,10 @@
 //! --only slim-cp`). Cargo builds `slim-cp` in the bench profile first
 //! (`cargo build --release --bins --benches` gives the same one).
 //!
-//! Options: `--nodes N --groups N --names N` (one custom size instead of
-//! the two defaults), `--timeout SECS`, `--only slim-cp|reference` (the
-//! reference of each installed line: 2.0.0-alpha.2, and 3.4.6 with a
-//! fleet speaking 3.x),
-//! `--db memory|postgres|postgres:URL,...` (default memory; URL is the
-//! admin database fresh ones are created from) and `--replicas N,...`
-//! (replica counts for each Postgres setup; default 1). For example
+//! `-- --help` lists the options; what some of them mean in more words:
+//! `--only reference` runs the reference of each installed line
+//! (2.0.0-alpha.2, and 3.4.6 with a fleet speaking 3.x); the URL of
+//! `--db postgres:URL` is the admin database fresh ones are created from;
 //! `--db memory,postgres --replicas 1,3` runs slim-cp on memory, on
 //! Postgres with one replica and with three, and the reference.
 //!
