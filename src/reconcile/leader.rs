@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::arrivals::Arrivals;
 use super::derive::derive;
 use super::lifecycle::{Seen, Transition, transitions};
 use super::pacing::{Affected, Pacing};
@@ -45,6 +46,7 @@ pub struct Leader {
     token: LeaderToken,
     affected: Affected,
     pacing: Pacing,
+    arrivals: Arrivals,
 }
 
 impl Leader {
@@ -75,6 +77,7 @@ impl Leader {
             token,
             affected: Affected::default(),
             pacing: Pacing::default(),
+            arrivals: Arrivals::default(),
         }
     }
 
@@ -91,6 +94,7 @@ impl Leader {
                 .due()
                 .into_iter()
                 .chain(self.pacing.due())
+                .chain(self.arrivals.due())
                 .min();
             tokio::select! {
                 _ = cancel.cancelled() => break,
@@ -215,15 +219,21 @@ impl Leader {
     }
 
     /// Queues the nodes that are due: those whose desired state changed in
-    /// the urgent lane, unless [`Pacing`] holds them, so that a
-    /// registration burst's looks at nodes with nothing to send (the
-    /// routine lane) do not hold back the gateways' commands.
+    /// the urgent lane, unless [`Pacing`] holds them; and the looks at
+    /// nodes that only arrived in the routine lane, once the leader is not
+    /// busy (see [`super::arrivals`]), so that a registration burst's
+    /// looks at nodes with nothing to send do not hold back the gateways'
+    /// commands.
     fn release_affected(&mut self) {
         let now = Instant::now();
         let (changed, arrived) = self.affected.take(now);
+        self.arrivals.remove(&changed);
+        self.arrivals.add(arrived, now);
         let go = self.pacing.release(self.state.rows(), changed, now);
         go.iter().for_each(|n| self.queue.add_urgent(n));
-        arrived.iter().for_each(|n| self.queue.add(n));
+        let busy = !self.affected.is_empty() || self.pacing.holding() || self.queue.urgent_busy();
+        let looks = self.arrivals.take(busy, now);
+        looks.iter().for_each(|n| self.queue.add(n));
     }
 
     /// The batch's node records as the working state holds them.

@@ -1,6 +1,7 @@
 //! Leader-side work: the inbox of changed nodes, the level-based lifecycle,
 //! and the derivation loop.
 
+pub mod arrivals;
 pub mod backoff;
 pub mod db_clock;
 pub mod derive;

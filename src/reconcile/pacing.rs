@@ -75,6 +75,11 @@ impl Affected {
         Some((last + COALESCE_QUIET).min(first + COALESCE_MAX))
     }
 
+    /// Whether no derivation's nodes are waiting.
+    pub fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
     /// If they are due at `now`: the changed nodes, then those that only
     /// arrived.
     pub fn take(&mut self, now: Instant) -> (BTreeSet<String>, BTreeSet<String>) {
@@ -146,6 +151,11 @@ impl Pacing {
         let waiting = Waiting::new(rows);
         let mut held = |n: &String| self.hold(rows, &waiting, n, now);
         nodes.into_iter().filter(|n| !held(n)).collect()
+    }
+
+    /// Whether a node is held for its claims.
+    pub fn holding(&self) -> bool {
+        !self.held_since.is_empty()
     }
 
     /// When the first held node's time is up.

@@ -525,6 +525,13 @@ impl WorkQueue {
         self.len() == 0
     }
 
+    /// Whether an urgent key is ready or running (a delayed retry is not).
+    pub fn urgent_busy(&self) -> bool {
+        let s = self.lock();
+        s.queued.values().any(|(lane, _)| *lane == Lane::Urgent)
+            || s.processing.values().any(|lane| *lane == Lane::Urgent)
+    }
+
     /// Keys handed out and not yet `done`.
     pub fn in_flight(&self) -> usize {
         self.lock().processing.len()
