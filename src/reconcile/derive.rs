@@ -310,5 +310,7 @@ fn change_set(
         put_routes: routes.put,
         delete_routes,
         consume_claims: plan.consumed_claims,
+        // The working state tells when it writes them.
+        fresh: Default::default(),
     }
 }

@@ -337,3 +337,7 @@ struct Observed {
     /// A transition changed the store (the batch's look is stale).
     wrote: bool,
 }
+
+#[cfg(test)]
+#[path = "leader_tests.rs"]
+mod tests;

@@ -111,18 +111,14 @@ impl Reconciler {
         let t0 = tokio::time::Instant::now();
         // The node's tables and the desired state are independent: one
         // round trip's wait (the longer of the two), not two in a row.
-        let (looked, links, routes) = tokio::join!(
-            self.look(node),
-            self.store.links_touching(node),
-            self.store.routes_sourced(node)
-        );
+        let (looked, desired) = tokio::join!(self.look(node), self.store.reconcile_view(node));
         let (target, conns, live_routes) = match looked {
             Ok(found) => found,
             // Not connected anywhere: its next registration enqueues it.
             Err(TransportError::NotConnected(_)) => return Ok(Outcome::Done),
             Err(e) => return Err(e.into()),
         };
-        let (mut links, routes) = (links?, routes?);
+        let (mut links, routes) = desired?;
         links.extend(self.dialed_elsewhere(&links, &conns).await?);
         let t2 = t0.elapsed();
         let live = Live {

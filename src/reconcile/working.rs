@@ -22,7 +22,7 @@ use crate::routing::templates::{Announcements, judged_again_at};
 use crate::routing::topology::SegmentGraph;
 use crate::routing::trees::Trees;
 use crate::store::model::{Link, Name, NodeRecord, Segment, Template, edge};
-use crate::store::{ChangeSet, Store, StoreError};
+use crate::store::{ChangeSet, Fresh, Store, StoreError};
 
 /// Links a reconciler wrote (an answer, a forgotten tombstone): the leader
 /// re-reads them before its next derivation.
@@ -415,7 +415,12 @@ impl WorkingState {
     /// Writes `changes` and keeps the rows in step. After an error the
     /// rows cannot tell whether the write happened: the next refresh
     /// reads everything again.
-    pub async fn write(&mut self, store: &dyn Store, changes: ChangeSet) -> Result<(), StoreError> {
+    pub async fn write(
+        &mut self,
+        store: &dyn Store,
+        mut changes: ChangeSet,
+    ) -> Result<(), StoreError> {
+        changes.fresh = self.fresh(&changes);
         // Applied here first, so that the store can take the change set
         // rather than a copy (the first derivation's is the fleet's every
         // link and route); undone by the reload if the write fails.
@@ -425,6 +430,28 @@ impl WorkingState {
             self.invalidate();
         }
         written
+    }
+
+    /// The puts of rows the working state does not hold; none before it
+    /// is loaded.
+    fn fresh(&self, changes: &ChangeSet) -> Fresh {
+        let Some(rows) = self.rows.as_ref() else {
+            return Fresh::default();
+        };
+        let held = |id: &str| {
+            rows.links
+                .binary_search_by(|l| l.link_id.as_str().cmp(id))
+                .is_ok()
+        };
+        let links = changes.put_links.iter().map(|l| &l.link_id);
+        let routes = changes.put_routes.iter().map(|r| &r.id);
+        Fresh {
+            links: links.filter(|id| !held(id)).cloned().collect(),
+            routes: routes
+                .filter(|id| rows.routes.get(id).is_none())
+                .cloned()
+                .collect(),
+        }
     }
 
     /// Applies a change set the store accepted. Conditional deletions (a

@@ -13,6 +13,7 @@ use crate::store::StoreError;
 
 mod claims;
 mod domains;
+mod fresh;
 mod late;
 mod partial;
 mod retire;
@@ -22,6 +23,7 @@ pub use domains::{
     adding_a_domain_again_replaces_its_secret, domains_round_trip_in_name_order,
     removing_a_domain_says_whether_it_existed,
 };
+pub use fresh::{a_fresh_live_link_still_keeps_its_pair_unique, a_wrong_fresh_hint_still_replaces};
 pub use late::{
     a_late_registration_already_recorded_stands, a_late_registration_never_replaces_a_newer_one,
 };
@@ -74,7 +76,9 @@ macro_rules! store_conformance_tests {
             removing_a_domain_says_whether_it_existed,
             partial_reads_agree_with_the_full_listings,
             the_revision_and_3x_details_round_trip,
-            a_reregistration_replaces_the_revision
+            a_reregistration_replaces_the_revision,
+            a_wrong_fresh_hint_still_replaces,
+            a_fresh_live_link_still_keeps_its_pair_unique
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -578,6 +582,7 @@ pub async fn change_sets_apply_every_change(store: &dyn Store) {
             ("b/n1".into(), "l-1".into()),
             ("z/none".into(), "l-1".into()),
         ],
+        ..ChangeSet::default()
     };
     assert!(!changes.is_empty());
     store.apply(changes).await.unwrap();

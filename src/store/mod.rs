@@ -15,6 +15,8 @@ pub mod model;
 pub mod postgres;
 mod retry;
 
+use std::collections::BTreeSet;
+
 use async_trait::async_trait;
 use uuid::Uuid;
 
@@ -93,6 +95,18 @@ pub struct ChangeSet {
     /// `(node, link_id)`: removed from the node's `received_links` and from
     /// its reported incoming connections.
     pub consume_claims: Vec<(String, String)>,
+    /// Which puts the writer believes are of new rows.
+    pub fresh: Fresh,
+}
+
+/// Ids among a change set's puts that no row held when the writer last
+/// looked: a store may insert them without looking for a row to replace
+/// (on Postgres a plain insert costs a third less than an upsert). A
+/// wrong hint costs time, never the result.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Fresh {
+    pub links: BTreeSet<String>,
+    pub routes: BTreeSet<String>,
 }
 
 impl ChangeSet {
@@ -286,6 +300,14 @@ pub trait Store: Send + Sync + 'static {
 
     /// Routes sourced at the node, ordered by `id`.
     async fn routes_sourced(&self, node: &str) -> Result<Vec<Route>, StoreError>;
+
+    /// [`links_touching`](Store::links_touching) and
+    /// [`routes_sourced`](Store::routes_sourced) of the node at once: what
+    /// a reconcile compares the node's tables with. Two reads, not one
+    /// snapshot, as if called one after the other.
+    async fn reconcile_view(&self, node: &str) -> Result<(Vec<Link>, Vec<Route>), StoreError> {
+        tokio::try_join!(self.links_touching(node), self.routes_sourced(node))
+    }
 
     /// Records the source's answers to link creations, each if the link is not
     /// deleted and `source` is still its source: success moves Pending or

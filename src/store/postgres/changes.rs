@@ -42,12 +42,12 @@ pub(super) async fn apply(db: &Db<'_>, changes: &ChangeSet) -> Result<(), TxErro
     deletes.extend(retired(&changes.retire_links, &early));
     links::delete(db, &deletes).await?;
     let put_links = last_puts(&changes.put_links, &deletes, |l: &Link| &l.link_id);
-    links::upsert(db, &put_links).await?;
+    links::put(db, &put_links, &changes.fresh.links).await?;
     routes::delete(db, &changes.delete_routes).await?;
     let put_routes = last_puts(&changes.put_routes, &changes.delete_routes, |r: &Route| {
         &r.id
     });
-    routes::upsert(db, &put_routes).await?;
+    routes::put(db, &put_routes, &changes.fresh.routes).await?;
     let held = match retiring {
         true => early,
         false => lock_nodes(db, claims.keys().copied().collect()).await?,

@@ -3,42 +3,67 @@
 //! before live links, so replacing a pair's link inside one transaction
 //! never trips the index.
 
+use std::collections::BTreeSet;
+
 use super::rows::{claim_sql, link_columns, link_from, link_status_from, link_status_sql};
-use super::tx::{Db, TxError, execute, query, query_map};
+use super::tx::{Db, TxError, execute, insert_else, query, query_map};
 use crate::store::model::{Link, LinkAnswer};
 use crate::store::sent_status;
 
-const UPSERT: &str = "INSERT INTO links (link_id, source_node, source_group, dest_group, \
-       dest_node, dest_endpoint, config_data, status, status_msg, deleted, updated_at, \
-       claim_source_generation, claim_dest_generation) \
-     SELECT l.id, l.sn, l.sg, l.dg, l.dn, l.ep, l.cfg, l.st, l.msg, l.del, to_timestamp(l.ts), \
-       l.cs, l.cd \
-     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
-       $7::text[], $8::text[], $9::text[], $10::bool[], $11::int8[], $12::int8[], $13::int8[]) \
-       WITH ORDINALITY AS l(id, sn, sg, dg, dn, ep, cfg, st, msg, del, ts, cs, cd, ord) \
-     ORDER BY l.ord \
-     ON CONFLICT (link_id) DO UPDATE SET source_node = EXCLUDED.source_node, \
+/// The insert of the rows `$1..$13` hold, in their order, without a
+/// conflict clause.
+macro_rules! insert_sql {
+    () => {
+        "INSERT INTO links (link_id, source_node, source_group, dest_group, \
+           dest_node, dest_endpoint, config_data, status, status_msg, deleted, updated_at, \
+           claim_source_generation, claim_dest_generation) \
+         SELECT l.id, l.sn, l.sg, l.dg, l.dn, l.ep, l.cfg, l.st, l.msg, l.del, to_timestamp(l.ts), \
+           l.cs, l.cd \
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
+           $7::text[], $8::text[], $9::text[], $10::bool[], $11::int8[], $12::int8[], $13::int8[]) \
+           WITH ORDINALITY AS l(id, sn, sg, dg, dn, ep, cfg, st, msg, del, ts, cs, cd, ord) \
+         ORDER BY l.ord"
+    };
+}
+
+const INSERT: &str = insert_sql!();
+
+const UPSERT: &str = concat!(
+    insert_sql!(),
+    " ON CONFLICT (link_id) DO UPDATE SET source_node = EXCLUDED.source_node, \
        source_group = EXCLUDED.source_group, dest_group = EXCLUDED.dest_group, \
        dest_node = EXCLUDED.dest_node, dest_endpoint = EXCLUDED.dest_endpoint, \
        config_data = EXCLUDED.config_data, status = EXCLUDED.status, \
        status_msg = EXCLUDED.status_msg, deleted = EXCLUDED.deleted, \
        updated_at = EXCLUDED.updated_at, \
        claim_source_generation = EXCLUDED.claim_source_generation, \
-       claim_dest_generation = EXCLUDED.claim_dest_generation";
+       claim_dest_generation = EXCLUDED.claim_dest_generation"
+);
 
-/// Inserts or replaces `links` (distinct ids), tombstones first. A link
-/// keeps the `updated_at` it is given: the caller stamped it.
-pub(super) async fn upsert(db: &Db<'_>, links: &[&Link]) -> Result<(), TxError> {
+/// Writes `links` (distinct ids), tombstones first: those in `fresh` are
+/// inserted (see [`Fresh`](crate::store::Fresh)), the others inserted or
+/// replaced. A link keeps the `updated_at` it is given: the caller
+/// stamped it.
+pub(super) async fn put(
+    db: &Db<'_>,
+    links: &[&Link],
+    fresh: &BTreeSet<String>,
+) -> Result<(), TxError> {
     let (dead, live): (Vec<&Link>, Vec<&Link>) = links.iter().partition(|l| l.deleted);
     for batch in [dead, live] {
-        if !batch.is_empty() {
-            upsert_batch(db, &batch).await?;
+        let (new, old): (Vec<&Link>, Vec<&Link>) =
+            batch.iter().partition(|l| fresh.contains(&l.link_id));
+        if !new.is_empty() {
+            insert_else(db, write(db, INSERT, &new), || write(db, UPSERT, &new)).await?;
+        }
+        if !old.is_empty() {
+            write(db, UPSERT, &old).await?;
         }
     }
     Ok(())
 }
 
-async fn upsert_batch(db: &Db<'_>, links: &[&Link]) -> Result<(), TxError> {
+async fn write(db: &Db<'_>, sql: &'static str, links: &[&Link]) -> Result<(), TxError> {
     let col = |f: fn(&Link) -> &str| links.iter().map(|l| f(l)).collect::<Vec<&str>>();
     let dest_node: Vec<Option<&str>> = links.iter().map(|l| l.dest_node.as_deref()).collect();
     let status: Vec<&str> = links.iter().map(|l| link_status_sql(l.status)).collect();
@@ -52,7 +77,7 @@ async fn upsert_batch(db: &Db<'_>, links: &[&Link]) -> Result<(), TxError> {
         claims.into_iter().unzip();
     execute(
         db,
-        UPSERT,
+        sql,
         &[
             &col(|l| &l.link_id),
             &col(|l| &l.source_node),

@@ -1,27 +1,51 @@
 //! Routes: desired subscriptions on a source node over one of its links.
 
 use super::rows::{name_id_sql, route_columns, route_from, route_status_sql};
-use super::tx::{Db, TxError, execute, query_map};
-use std::collections::BTreeMap;
+use super::tx::{Db, TxError, execute, insert_else, query_map};
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::store::model::{Route, RouteMark};
 
-const UPSERT: &str = "INSERT INTO routes (id, source_node, dest_node, link_id, component0, \
-       component1, component2, name_id, status, status_msg, updated_at) \
-     SELECT r.id, r.sn, r.dn, r.link, r.c0, r.c1, r.c2, r.nid, r.st, r.msg, to_timestamp(r.ts) \
-     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
-       $7::text[], $8::text[], $9::text[], $10::text[], $11::int8[]) \
-       AS r(id, sn, dn, link, c0, c1, c2, nid, st, msg, ts) \
-     ON CONFLICT (id) DO UPDATE SET source_node = EXCLUDED.source_node, \
+/// The insert of the rows `$1..$11` hold, without a conflict clause.
+macro_rules! insert_sql {
+    () => {
+        "INSERT INTO routes (id, source_node, dest_node, link_id, component0, \
+           component1, component2, name_id, status, status_msg, updated_at) \
+         SELECT r.id, r.sn, r.dn, r.link, r.c0, r.c1, r.c2, r.nid, r.st, r.msg, to_timestamp(r.ts) \
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
+           $7::text[], $8::text[], $9::text[], $10::text[], $11::int8[]) \
+           AS r(id, sn, dn, link, c0, c1, c2, nid, st, msg, ts)"
+    };
+}
+
+const INSERT: &str = insert_sql!();
+
+const UPSERT: &str = concat!(
+    insert_sql!(),
+    " ON CONFLICT (id) DO UPDATE SET source_node = EXCLUDED.source_node, \
        dest_node = EXCLUDED.dest_node, link_id = EXCLUDED.link_id, \
        component0 = EXCLUDED.component0, component1 = EXCLUDED.component1, \
        component2 = EXCLUDED.component2, name_id = EXCLUDED.name_id, \
        status = EXCLUDED.status, status_msg = EXCLUDED.status_msg, \
-       updated_at = EXCLUDED.updated_at";
+       updated_at = EXCLUDED.updated_at"
+);
 
-/// Inserts or replaces `routes` (distinct ids). A route keeps the
-/// `updated_at` it is given: the caller stamped it.
-pub(super) async fn upsert(db: &Db<'_>, routes: &[&Route]) -> Result<(), TxError> {
+/// Writes `routes` (distinct ids): those in `fresh` are inserted (see
+/// [`Fresh`](crate::store::Fresh)), the others inserted or replaced. A
+/// route keeps the `updated_at` it is given: the caller stamped it.
+pub(super) async fn put(
+    db: &Db<'_>,
+    routes: &[&Route],
+    fresh: &BTreeSet<String>,
+) -> Result<(), TxError> {
+    let (new, old): (Vec<&Route>, Vec<&Route>) = routes.iter().partition(|r| fresh.contains(&r.id));
+    if !new.is_empty() {
+        insert_else(db, write(db, INSERT, &new), || write(db, UPSERT, &new)).await?;
+    }
+    write(db, UPSERT, &old).await
+}
+
+async fn write(db: &Db<'_>, sql: &'static str, routes: &[&Route]) -> Result<(), TxError> {
     if routes.is_empty() {
         return Ok(());
     }
@@ -31,7 +55,7 @@ pub(super) async fn upsert(db: &Db<'_>, routes: &[&Route]) -> Result<(), TxError
     let ts: Vec<i64> = routes.iter().map(|r| r.updated_at).collect();
     execute(
         db,
-        UPSERT,
+        sql,
         &[
             &col(|r| &r.id),
             &col(|r| &r.source_node),

@@ -2,6 +2,8 @@
 //! it runs (read, fact or operator write, fenced derivation) and hands its
 //! body to the transaction helper. The bodies live in the per-table modules.
 
+use std::collections::BTreeSet;
+
 use async_trait::async_trait;
 use uuid::Uuid;
 
@@ -24,7 +26,7 @@ pub(super) fn read(name: &'static str) -> Op {
     Op::new(name, Mode::Read)
 }
 
-/// A read of one statement (see [`Mode::Statement`]).
+/// A read of independent statements (see [`Mode::Statement`]).
 pub(super) fn statement(name: &'static str) -> Op {
     Op::new(name, Mode::Statement)
 }
@@ -217,7 +219,7 @@ impl Store for PgStore {
     async fn put_link(&self, link: Link) -> Result<(), StoreError> {
         self.tx
             .run(self.derive("put_link"), link, |db, l| {
-                Box::pin(async move { links::upsert(db, &[l]).await })
+                Box::pin(async move { links::put(db, &[l], &BTreeSet::new()).await })
             })
             .await
     }
@@ -250,7 +252,7 @@ impl Store for PgStore {
     async fn put_route(&self, route: Route) -> Result<(), StoreError> {
         self.tx
             .run(self.derive("put_route"), route, |db, r| {
-                Box::pin(async move { routes::upsert(db, &[r]).await })
+                Box::pin(async move { routes::put(db, &[r], &BTreeSet::new()).await })
             })
             .await
     }
@@ -387,6 +389,18 @@ impl Store for PgStore {
         self.tx
             .run(statement("routes_sourced"), node, |db, n| {
                 Box::pin(routes::sourced(db, n))
+            })
+            .await
+    }
+
+    async fn reconcile_view(&self, node: &str) -> Result<(Vec<Link>, Vec<Route>), StoreError> {
+        // Both statements on one connection, pipelined: a reconcile's reads
+        // cost one checkout and one wait, not two.
+        self.tx
+            .run(statement("reconcile_view"), node, |db, n| {
+                Box::pin(
+                    async move { tokio::try_join!(links::touching(db, n), routes::sourced(db, n)) },
+                )
             })
             .await
     }

@@ -29,9 +29,9 @@ use super::metrics::{Metrics, Outcome};
 use crate::store::StoreError;
 
 /// Where an operation's body runs its statements: the connection of its
-/// transaction, or for a one-statement read ([`Mode::Statement`]) the bare
-/// connection, where the statement is its own snapshot and BEGIN and
-/// COMMIT (two round trips of three) are saved.
+/// transaction, or for a read of independent statements
+/// ([`Mode::Statement`]) the bare connection, where each statement is its
+/// own snapshot and BEGIN and COMMIT are saved.
 pub(super) struct Db<'a> {
     client: &'a Client,
     statements: &'a StatementCache,
@@ -98,9 +98,9 @@ impl From<StoreError> for TxError {
 pub(super) enum Mode {
     /// Reads only, from one snapshot.
     Read,
-    /// A read whose body runs exactly one statement: on the bare
-    /// connection, no transaction around it (the statement is its own
-    /// snapshot).
+    /// A read whose body runs one statement, or several that need no
+    /// common snapshot: on the bare connection, no transaction around it
+    /// (each statement is its own snapshot).
     Statement,
     /// Facts and operator writes, from any replica.
     Write,
@@ -410,6 +410,35 @@ pub(super) async fn execute(
 ) -> Result<u64, TxError> {
     let stmt = db.prepare(sql).await?;
     Ok(db.client.execute(&stmt, params).await?)
+}
+
+/// Runs `insert` under a savepoint and, if it met a row it would have
+/// replaced (a unique violation), undoes it and runs `otherwise`: a
+/// caller that believed its rows new inserts them at an insert's cost,
+/// and a wrong belief still ends as an upsert would. Inside a transaction.
+pub(super) async fn insert_else<F, G>(
+    db: &Db<'_>,
+    insert: impl Future<Output = Result<(), TxError>>,
+    otherwise: F,
+) -> Result<(), TxError>
+where
+    F: FnOnce() -> G,
+    G: Future<Output = Result<(), TxError>>,
+{
+    db.client.batch_execute("SAVEPOINT insert_else").await?;
+    match insert.await {
+        Ok(()) => Ok(db
+            .client
+            .batch_execute("RELEASE SAVEPOINT insert_else")
+            .await?),
+        Err(TxError::Db(e)) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+            db.client
+                .batch_execute("ROLLBACK TO SAVEPOINT insert_else")
+                .await?;
+            otherwise().await
+        }
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]

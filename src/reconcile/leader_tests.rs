@@ -1,0 +1,89 @@
+//! The leader's release step: what it passes [`Arrivals`] as "busy".
+
+use super::*;
+use crate::reconcile::arrivals::{RECHECK, WAIT_MAX};
+use crate::reconcile::pacing::COALESCE_QUIET;
+use crate::reconcile::queue::QueueConfig;
+use crate::reconcile::working::LinkWrites;
+use crate::store::MemoryStore;
+
+fn leader(queue: &Arc<WorkQueue>) -> Leader {
+    Leader::new(
+        Arc::new(MemoryStore::new()),
+        WorkingState::new(Arc::new(LinkWrites::default())),
+        Arc::new(Inbox::new()),
+        queue.clone(),
+        TopologyConfig::default(),
+        Duration::from_secs(30),
+        LeaderToken::solo(1),
+    )
+}
+
+/// The leader with `edge` arrived, its coalescing window over, while the
+/// urgent reconcile of `gateway` runs.
+async fn arrival_beside_a_running_gateway() -> (Leader, Arc<WorkQueue>) {
+    let queue = Arc::new(WorkQueue::new(QueueConfig::default()));
+    let mut leader = leader(&queue);
+    queue.add_urgent("gateway");
+    assert_eq!(queue.get().await.as_deref(), Some("gateway"));
+    let edge = BTreeSet::from(["edge".to_string()]);
+    leader.affected.add(&BTreeSet::new(), &edge);
+    tokio::time::advance(COALESCE_QUIET).await;
+    leader.release_affected();
+    assert!(
+        leader.affected.is_empty(),
+        "the coalescing window was taken"
+    );
+    (leader, queue)
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_arrival_waits_while_an_urgent_reconcile_runs_then_goes() {
+    let (mut leader, queue) = arrival_beside_a_running_gateway().await;
+    assert!(queue.is_empty(), "queued beside a running urgent reconcile");
+    let recheck = leader.arrivals.due().expect("the look is kept back");
+
+    tokio::time::advance(RECHECK).await;
+    assert!(Instant::now() >= recheck);
+    leader.release_affected();
+    assert!(queue.is_empty(), "the gateway still runs");
+
+    queue.done("gateway");
+    tokio::time::advance(RECHECK).await;
+    leader.release_affected();
+    assert_eq!(queue.len(), 1);
+    assert_eq!(queue.get().await.as_deref(), Some("edge"));
+    assert_eq!(leader.arrivals.due(), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_arrival_goes_after_the_longest_wait_however_busy() {
+    let (mut leader, queue) = arrival_beside_a_running_gateway().await;
+    tokio::time::advance(WAIT_MAX - RECHECK).await;
+    leader.release_affected();
+    assert!(queue.is_empty(), "before the longest wait");
+    tokio::time::advance(RECHECK).await;
+    leader.release_affected();
+    assert_eq!(queue.get().await.as_deref(), Some("edge"));
+    assert!(queue.urgent_busy(), "the gateway was still running");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_arrival_waits_for_derivations_still_coalescing() {
+    let (mut leader, queue) = arrival_beside_a_running_gateway().await;
+    queue.done("gateway");
+    let other = BTreeSet::from(["other".to_string()]);
+    leader.affected.add(&other, &BTreeSet::new());
+    tokio::time::advance(RECHECK).await;
+    leader.release_affected();
+    assert!(queue.is_empty(), "a derivation's nodes are coalescing");
+    tokio::time::advance(COALESCE_QUIET).await;
+    leader.release_affected();
+    // `other` goes urgent, so the look still waits for it to run.
+    assert_eq!(queue.get().await.as_deref(), Some("other"));
+    assert!(queue.is_empty());
+    queue.done("other");
+    tokio::time::advance(RECHECK).await;
+    leader.release_affected();
+    assert_eq!(queue.get().await.as_deref(), Some("edge"));
+}
