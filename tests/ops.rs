@@ -20,6 +20,7 @@ use slim_cp::store::PgStore;
 
 /// A replica of a cluster on the database at `url`, with its HTTP endpoint.
 async fn mk_member(url: &str, id: &str, drain: DrainConfig) -> Running {
+    common::init_test_log();
     let store = PgStore::connect(url, 4).await.expect("connects");
     let opts = Options {
         http: Some(SocketAddr::from(([127, 0, 0, 1], 0))),

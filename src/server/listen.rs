@@ -89,14 +89,27 @@ impl Sockets {
     }
 }
 
-fn listen_on(addr: SocketAddr) -> std::io::Result<TcpListener> {
+/// A listening socket on `addr` whose backlog holds a storm's connects.
+///
+/// Why: a short backlog (tokio's `TcpListener::bind` gets 128 here)
+/// overflows when hundreds of nodes dial at once while the accepting
+/// process is busy; the kernel then answers with SYN cookies, and a node
+/// whose handshake ACK was dropped and whose next segment carries data
+/// fails the cookie check and is reset: it gives up for good. Anything
+/// that accepts node connections (replicas, the simulated balancer, test
+/// proxies) listens through this. Must run inside the runtime.
+pub fn bind_wide(addr: SocketAddr) -> std::io::Result<TcpListener> {
     let socket = match addr {
         SocketAddr::V4(_) => TcpSocket::new_v4()?,
         SocketAddr::V6(_) => TcpSocket::new_v6()?,
     };
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
-    let listener = socket.listen(BACKLOG)?.into_std()?;
+    socket.listen(BACKLOG)
+}
+
+fn listen_on(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let listener = bind_wide(addr)?.into_std()?;
     // The top slots are few: several replicas in one process (tests) can
     // use them all up. A listener left low still works; it only loses the
     // ordering on kill described above.
@@ -278,9 +291,14 @@ fn gated(
             match step {
                 Step::End => break,
                 Step::Close => {
-                    open = None;
+                    let waiting = open.take().map(take_backlog).unwrap_or_default();
                     health.set_listening(false);
-                    tracing::info!(%addr, "stopped listening for nodes");
+                    tracing::info!(%addr, waiting = waiting.len(), "stopped listening for nodes");
+                    for stream in waiting {
+                        if tx.send(Ok(stream)).await.is_err() {
+                            break;
+                        }
+                    }
                 }
                 Step::Reopen => {
                     open = reopen_at(addr, &end).await;
@@ -306,6 +324,51 @@ fn gated(
     });
     listeners.acceptors.push(acceptor);
     ReceiverStream::new(rx)
+}
+
+/// Closes `listener`, keeping the connections in its backlog.
+///
+/// Why: closing a listening socket resets every connection the kernel
+/// has completed but nobody accepted yet, and a node whose dial meets a
+/// reset gives up for good (`spec/protocol-notes.md`); a connect refused
+/// after the close is retried instead. So the backlog is accepted first
+/// and served like any handshake already under way (answered even with
+/// the database away; moved later by closing the registered stream).
+/// What arrives between the last accept and the close (microseconds) is
+/// still reset.
+fn take_backlog(listener: TcpListener) -> Vec<TcpStream> {
+    let mut taken = Vec::new();
+    let listener = match listener.into_std() {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot take the node listener's backlog");
+            return taken;
+        }
+    };
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => match adopt(stream) {
+                Ok(s) => taken.push(s),
+                Err(e) => tracing::debug!(error = %e, "a connection from the backlog is gone"),
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // A peer gone before its accept: the next one may still be there.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "stopped taking the node listener's backlog");
+                break;
+            }
+        }
+    }
+    taken
+}
+
+/// A connection accepted outside the runtime, ready for the server.
+fn adopt(stream: std::net::TcpStream) -> std::io::Result<TcpStream> {
+    stream.set_nonblocking(true)?;
+    stream.set_nodelay(true)?;
+    TcpStream::from_std(stream)
 }
 
 /// What the node listener does next.
@@ -366,3 +429,7 @@ async fn log_failure(
         tracing::error!(error = %e, "{what} server failed");
     }
 }
+
+#[cfg(test)]
+#[path = "listen_tests.rs"]
+mod tests;

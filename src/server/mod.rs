@@ -18,7 +18,7 @@ use tonic::transport::ServerTlsConfig;
 use tracing::info;
 
 pub use clustered::{relay_addr, start_clustered, start_clustered_on};
-pub use listen::Sockets;
+pub use listen::{Sockets, bind_wide};
 pub use running::Running;
 
 use self::core::Core;

@@ -32,7 +32,8 @@ pub struct Balancer {
 impl Balancer {
     /// Listens on an ephemeral loopback port.
     pub async fn start(backends: Vec<SocketAddr>) -> std::io::Result<Balancer> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        // A fleet dials it all at once: a short backlog resets nodes.
+        let listener = crate::server::bind_wide(SocketAddr::from(([127, 0, 0, 1], 0)))?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             backends: Mutex::new(backends),

@@ -77,6 +77,17 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> Result<(u16, St
     Ok((status, body.to_string()))
 }
 
+/// Opt-in logging (`SLIM_CP_TEST_LOG` holds a filter): a race found
+/// under load is read from the replicas' own log.
+pub fn init_test_log() {
+    if let Ok(f) = std::env::var("SLIM_CP_TEST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(f))
+            .with_test_writer()
+            .try_init();
+    }
+}
+
 /// A cluster member's settings with timings short enough for tests.
 pub fn mk_cluster_config(id: &str) -> ClusterConfig {
     ClusterConfig {

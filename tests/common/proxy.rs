@@ -39,7 +39,7 @@ impl Proxy {
 
     /// Listens on `bind` (port 0: any free one).
     pub async fn start_on(bind: SocketAddr, backend: SocketAddr) -> Proxy {
-        let listener = TcpListener::bind(bind).await.expect("proxy binds");
+        let listener = slim_cp::server::bind_wide(bind).expect("proxy binds");
         let addr = listener.local_addr().expect("proxy address");
         let state = Arc::new(Mutex::new(State {
             backend,

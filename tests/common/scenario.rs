@@ -25,13 +25,7 @@ pub fn mk_links(pairs: &[(&str, &[&str])]) -> TopologyConfig {
 }
 
 pub async fn mk_cp(topology: TopologyConfig) -> Running {
-    // Opt-in: a race found under load is read from the leader's log.
-    if let Ok(f) = std::env::var("SLIM_CP_TEST_LOG") {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new(f))
-            .with_test_writer()
-            .try_init();
-    }
+    super::init_test_log();
     start_replica(Options {
         topology,
         reconciler: ReconcilerConfig {
