@@ -128,7 +128,10 @@ fn on_loopback(config: &mut Value) -> Addrs {
 /// Gives every labelled family a child, as a fleet would: a node
 /// registers (registrations, facts, then the leader's reconcile), one is
 /// refused (refusals), and a stranger calls the relay (relay calls).
-async fn exercise(addrs: &Addrs) {
+/// Returns the node's stream: the caller keeps it open until it has read
+/// the page, since closing it could drop the announcement still queued
+/// on the client side (a flake: `entries_dropped` never counted).
+async fn exercise(addrs: &Addrs) -> RawNode {
     let mut node = RawNode::open_at(addrs.southbound).await.expect("stream");
     assert!(node.register(mk_register("g1", "n1")).await.success);
     node.answer_empty_tables().await;
@@ -145,6 +148,7 @@ async fn exercise(addrs: &Addrs) {
         stranger.map(|_| ()).map_err(|s| s.code()),
         Err(tonic::Code::Unauthenticated)
     );
+    node
 }
 
 /// Runs `slim-cp serve` with `config_file` on loopback, on a fresh
@@ -185,7 +189,7 @@ pub async fn scrape_running_replica(config_file: &Path, want: &BTreeSet<String>)
         }
     })
     .await;
-    exercise(&addrs).await;
+    let _node = exercise(&addrs).await;
     // Bounded: a name the replica never exports fails the caller's check
     // with this page, after PATIENCE.
     let deadline = tokio::time::Instant::now() + PATIENCE;
