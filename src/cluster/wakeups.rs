@@ -1,11 +1,16 @@
 //! The leader's listener for fact wake-ups (`NOTIFY` from fact
-//! transactions on any replica) on a dedicated connection. Every time it
-//! (re)starts listening it asks for a full resync, since notifications
-//! sent while nobody listened are gone; a ping notices a silent server.
+//! transactions on any replica) on a dedicated connection. Notifications
+//! sent while nobody listened are gone, so a read of every fact must
+//! follow each `LISTEN`: the first of a term opens the gate the leader's
+//! initial full read waits behind (a second full read in the middle of a
+//! registration burst cost a 1,000-node fleet 0.13 s); every later one,
+//! after a reconnect, asks for a full resync. A ping notices a silent
+//! server.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::oneshot;
 use tokio::time::{interval, sleep, timeout};
 use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
@@ -17,10 +22,17 @@ use crate::store::postgres::{FACTS_CHANNEL, PgConnector, RESYNC, SEPARATOR};
 /// How often the listener checks that the server still answers.
 const PING: Duration = Duration::from_secs(5);
 
-/// Listens until `cancel`, reconnecting as needed.
-pub async fn listen(target: PgConnector, inbox: Arc<Inbox>, cancel: CancellationToken) {
+/// Listens until `cancel`, reconnecting as needed; `first` hears of the
+/// first `LISTEN` in place.
+pub async fn listen(
+    target: PgConnector,
+    inbox: Arc<Inbox>,
+    first: oneshot::Sender<()>,
+    cancel: CancellationToken,
+) {
+    let mut first = Some(first);
     loop {
-        match listening(&target, &inbox, &cancel).await {
+        match listening(&target, &inbox, &mut first, &cancel).await {
             Ok(()) => return,
             Err(why) => debug!(why, "wake-up listener lost; reconnecting"),
         }
@@ -35,6 +47,7 @@ pub async fn listen(target: PgConnector, inbox: Arc<Inbox>, cancel: Cancellation
 async fn listening(
     target: &PgConnector,
     inbox: &Arc<Inbox>,
+    first: &mut Option<oneshot::Sender<()>>,
     cancel: &CancellationToken,
 ) -> Result<(), String> {
     let (client, mut connection) = target.connect().await.map_err(|e| e.to_string())?;
@@ -58,7 +71,10 @@ async fn listening(
         .batch_execute(&listen)
         .await
         .map_err(|e| e.to_string())?;
-    inbox.resync();
+    // A leader that stopped waiting read before this LISTEN: it resyncs.
+    if first.take().is_none_or(|gate| gate.send(()).is_err()) {
+        inbox.resync();
+    }
     let mut ping = interval(PING);
     loop {
         tokio::select! {

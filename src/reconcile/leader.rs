@@ -10,6 +10,7 @@ use crate::store::model::NodeRecord;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -29,6 +30,10 @@ use crate::store::{Store, StoreError};
 /// signal must never leave a node underived for long.
 pub const RESYNC_FLOOR: Duration = Duration::from_secs(60);
 
+/// How long the first full read waits for the wake-up listener; past it,
+/// the listener asks for a resync once it listens.
+const LISTENING_WAIT: Duration = Duration::from_secs(2);
+
 /// How long to wait before retrying after a failed derivation.
 const RETRY_DELAY: Duration = Duration::from_millis(500);
 
@@ -47,6 +52,7 @@ pub struct Leader {
     affected: Affected,
     pacing: Pacing,
     arrivals: Arrivals,
+    listening: Option<oneshot::Receiver<()>>,
 }
 
 impl Leader {
@@ -78,13 +84,27 @@ impl Leader {
             affected: Affected::default(),
             pacing: Pacing::default(),
             arrivals: Arrivals::default(),
+            listening: None,
         }
+    }
+
+    /// Holds the first full read until `listening` fires: a read before the
+    /// wake-up listener listens could miss a fact signalled in between.
+    pub fn first_read_after(mut self, listening: Option<oneshot::Receiver<()>>) -> Self {
+        self.listening = listening;
+        self
     }
 
     /// Runs until `cancel` fires or a write is fenced. Starts with a full
     /// resync and a reconcile of every node: a new leader assumes nothing
     /// an earlier one did.
     pub async fn run(mut self, cancel: CancellationToken) {
+        if let Some(listening) = self.listening.take() {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                _ = tokio::time::timeout(LISTENING_WAIT, listening) => {}
+            }
+        }
         self.resync(true).await;
         let mut tick = tokio::time::interval(self.resync_every);
         tick.tick().await;

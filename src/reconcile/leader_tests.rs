@@ -8,8 +8,12 @@ use crate::reconcile::working::LinkWrites;
 use crate::store::MemoryStore;
 
 fn leader(queue: &Arc<WorkQueue>) -> Leader {
+    leader_on(Arc::new(MemoryStore::new()), queue)
+}
+
+fn leader_on(store: Arc<MemoryStore>, queue: &Arc<WorkQueue>) -> Leader {
     Leader::new(
-        Arc::new(MemoryStore::new()),
+        store,
         WorkingState::new(Arc::new(LinkWrites::default())),
         Arc::new(Inbox::new()),
         queue.clone(),
@@ -86,4 +90,58 @@ async fn an_arrival_waits_for_derivations_still_coalescing() {
     tokio::time::advance(RECHECK).await;
     leader.release_affected();
     assert_eq!(queue.get().await.as_deref(), Some("edge"));
+}
+
+/// A leader on a store holding one ready node, its first read behind
+/// `listening`; returns the queue its initial sweep fills.
+async fn gated_leader(listening: oneshot::Receiver<()>) -> Arc<WorkQueue> {
+    use crate::store::model::{Registration, ReplicaRef};
+    let store = Arc::new(MemoryStore::new());
+    let owner = ReplicaRef {
+        id: "r".into(),
+        incarnation: 1,
+    };
+    let registration = Registration {
+        node_id: "g/n1".into(),
+        group: Some("g".into()),
+        ..Registration::default()
+    };
+    let started = store.begin_session(registration, owner).await;
+    let session = started.expect("registers").session.id;
+    assert!(
+        store
+            .mark_ready("g/n1", session)
+            .await
+            .expect("marks ready")
+    );
+    let queue = Arc::new(WorkQueue::new(QueueConfig::default()));
+    let leader = leader_on(store, &queue).first_read_after(Some(listening));
+    tokio::spawn(leader.run(CancellationToken::new()));
+    queue
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_first_read_goes_as_soon_as_the_listener_listens() {
+    let (gate, listening) = oneshot::channel();
+    let begun = Instant::now();
+    let queue = gated_leader(listening).await;
+    gate.send(()).expect("the leader waits for the gate");
+    assert_eq!(queue.get().await.as_deref(), Some("g/n1"));
+    assert!(
+        begun.elapsed() < LISTENING_WAIT,
+        "read once the gate opened, not at the timeout"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_first_read_waits_for_the_listener_at_most_a_while() {
+    let (_gate, listening) = oneshot::channel();
+    let begun = Instant::now();
+    let queue = gated_leader(listening).await;
+    assert_eq!(queue.get().await.as_deref(), Some("g/n1"));
+    assert!(
+        begun.elapsed() >= LISTENING_WAIT,
+        "with the gate shut, the read waited {:?}",
+        begun.elapsed()
+    );
 }

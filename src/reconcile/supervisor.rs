@@ -7,6 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -30,8 +31,15 @@ pub type FencedStore = Arc<dyn Fn(u64) -> Arc<dyn Store> + Send + Sync>;
 
 /// Extra leader duties of a term (the cluster's wake-up listener and
 /// replica expiry), started with the term's token and stopped with it.
-pub type Duties =
-    Arc<dyn Fn(&LeaderToken, &CancellationToken) -> Vec<JoinHandle<()>> + Send + Sync>;
+pub type Duties = Arc<dyn Fn(&LeaderToken, &CancellationToken) -> TermDuties + Send + Sync>;
+
+/// A term's started duties.
+pub struct TermDuties {
+    pub tasks: Vec<JoinHandle<()>>,
+    /// Fires once the wake-up listener listens: the leader's first full
+    /// read waits for it (see [`crate::cluster::wakeups`]).
+    pub listening: Option<oneshot::Receiver<()>>,
+}
 
 /// What leader work is made of.
 pub struct Parts {
@@ -131,6 +139,8 @@ fn start_term(
             async move { r.run(&node).await }
         },
     );
+    let duties = parts.duties.as_ref().map(|d| d(token, term));
+    let (extra, listening) = duties.map_or((Vec::new(), None), |d| (d.tasks, d.listening));
     let leader = Leader::new(
         store,
         WorkingState::new(link_writes),
@@ -139,11 +149,10 @@ fn start_term(
         parts.topology.clone(),
         parts.reconciler.reconcile_period,
         token.clone(),
-    );
+    )
+    .first_read_after(listening);
     tasks.push(tokio::spawn(leader.run(term.clone())));
-    if let Some(duties) = &parts.duties {
-        tasks.extend(duties(token, term));
-    }
+    tasks.extend(extra);
     (queue, tasks)
 }
 

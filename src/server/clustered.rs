@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::distr::{Alphanumeric, SampleString};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -23,7 +23,7 @@ use crate::cluster::{
 };
 use crate::config::ClusterConfig;
 use crate::ops::{Health, Metrics};
-use crate::reconcile::supervisor::Duties;
+use crate::reconcile::supervisor::{Duties, TermDuties};
 use crate::store::{PgStore, Store};
 use crate::transport::{Registry, Transport};
 
@@ -199,7 +199,8 @@ fn duties(
     let (pg, identity, relay) = (pg.clone(), identity.clone(), relay.clone());
     let (ttl, every) = (cluster.replica_ttl, cluster.heartbeat);
     Arc::new(move |token: &LeaderToken, term: &CancellationToken| {
-        let listen = wakeups::listen(pg.direct_connector(), inbox.clone(), term.clone());
+        let (first, listening) = oneshot::channel();
+        let listen = wakeups::listen(pg.direct_connector(), inbox.clone(), first, term.clone());
         let fenced = pg.with_fence(token.epoch());
         let expire = expiry::watch(
             fenced.clone(),
@@ -217,11 +218,14 @@ fn duties(
             token.clone(),
             term.clone(),
         );
-        vec![
-            tokio::spawn(listen),
-            tokio::spawn(expire),
-            tokio::spawn(unreachable),
-        ]
+        TermDuties {
+            tasks: vec![
+                tokio::spawn(listen),
+                tokio::spawn(expire),
+                tokio::spawn(unreachable),
+            ],
+            listening: Some(listening),
+        }
     })
 }
 
