@@ -121,13 +121,14 @@ fn accepted<'c, Q>(
 
 impl FactGroups {
     /// One registration (not a late one), written with whatever else is
-    /// waiting.
-    pub(super) async fn begin_session(
+    /// waiting. Not an `async fn`: a layer of its own would hold another
+    /// copy of the registration while it waits (see `tests/future_sizes.rs`).
+    pub(super) fn begin_session(
         &self,
         registration: Registration,
         owner: ReplicaRef,
-    ) -> Result<SessionStart, StoreError> {
-        self.begin.call((registration, owner)).await
+    ) -> impl Future<Output = Result<SessionStart, StoreError>> + Send + '_ {
+        self.begin.call((registration, owner))
     }
 
     /// One node's readiness, written with whatever else is waiting.
