@@ -81,10 +81,7 @@ mod postgres_backend {
 
     /// Runs `statement` on the test database as the admin user.
     async fn sql(db: &PgTestDb, statement: &str) {
-        let (client, conn) = tokio_postgres::connect(&pg_url_for(db.name()), NoTls)
-            .await
-            .expect("admin connection to the test database");
-        tokio::spawn(conn);
+        let client = db.client().await;
         client.batch_execute(statement).await.expect(statement);
     }
 
@@ -161,10 +158,7 @@ mod postgres_backend {
     /// What a trigger on `routes` saw of each write's commit mode, in
     /// write order.
     async fn commit_modes(db: &PgTestDb) -> Vec<String> {
-        let (client, conn) = tokio_postgres::connect(&pg_url_for(db.name()), NoTls)
-            .await
-            .expect("connection to the test database");
-        tokio::spawn(conn);
+        let client = db.client().await;
         let rows = client
             .query("SELECT mode FROM commit_modes ORDER BY seq", &[])
             .await
@@ -439,10 +433,7 @@ mod postgres_backend {
     /// statistics show at least `updates` (a backend reports its counts
     /// when it exits: the writes' store must be dropped first).
     async fn updates_of(db: &PgTestDb, table: &str, updates: i64) -> (i64, i64) {
-        let (client, conn) = tokio_postgres::connect(&pg_url_for(db.name()), NoTls)
-            .await
-            .expect("connection to the test database");
-        tokio::spawn(conn);
+        let client = db.client().await;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let row = client

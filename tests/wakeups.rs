@@ -7,23 +7,15 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::pg::{PgTestDb, fresh_pg_db, pg_url_for};
+use common::pg::{PgTestDb, fresh_pg_db};
 use slim_cp::cluster::{Batch, Inbox, wakeups};
 use slim_cp::store::postgres::FACTS_CHANNEL;
 use tokio::sync::oneshot;
 use tokio::time::timeout;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
 const BOUND: Duration = Duration::from_secs(20);
-
-async fn client(db: &PgTestDb) -> Client {
-    let (client, conn) = tokio_postgres::connect(&pg_url_for(db.name()), NoTls)
-        .await
-        .expect("connects to the test database");
-    tokio::spawn(conn);
-    client
-}
 
 async fn notify(client: &Client, payload: &str) {
     client
@@ -61,7 +53,7 @@ async fn the_first_listen_opens_the_gate_and_a_reconnect_asks_for_a_resync() {
         .await
         .expect("the gate opens in time")
         .expect("the listener opened the gate");
-    let sql = client(&db).await;
+    let sql = db.client().await;
     notify(&sql, "n1").await;
     let first = next(&inbox).await;
     assert_eq!(

@@ -52,7 +52,6 @@ pub struct Leader {
     affected: Affected,
     pacing: Pacing,
     arrivals: Arrivals,
-    listening: Option<oneshot::Receiver<()>>,
 }
 
 impl Leader {
@@ -84,22 +83,20 @@ impl Leader {
             affected: Affected::default(),
             pacing: Pacing::default(),
             arrivals: Arrivals::default(),
-            listening: None,
         }
-    }
-
-    /// Holds the first full read until `listening` fires: a read before the
-    /// wake-up listener listens could miss a fact signalled in between.
-    pub fn first_read_after(mut self, listening: Option<oneshot::Receiver<()>>) -> Self {
-        self.listening = listening;
-        self
     }
 
     /// Runs until `cancel` fires or a write is fenced. Starts with a full
     /// resync and a reconcile of every node: a new leader assumes nothing
-    /// an earlier one did.
-    pub async fn run(mut self, cancel: CancellationToken) {
-        if let Some(listening) = self.listening.take() {
+    /// an earlier one did. That first read waits for `listening`, if given:
+    /// a read before the wake-up listener listens could miss a fact
+    /// signalled in between.
+    pub async fn run(
+        mut self,
+        listening: Option<oneshot::Receiver<()>>,
+        cancel: CancellationToken,
+    ) {
+        if let Some(listening) = listening {
             tokio::select! {
                 () = cancel.cancelled() => return,
                 _ = tokio::time::timeout(LISTENING_WAIT, listening) => {}

@@ -115,8 +115,8 @@ async fn gated_leader(listening: oneshot::Receiver<()>) -> Arc<WorkQueue> {
             .expect("marks ready")
     );
     let queue = Arc::new(WorkQueue::new(QueueConfig::default()));
-    let leader = leader_on(store, &queue).first_read_after(Some(listening));
-    tokio::spawn(leader.run(CancellationToken::new()));
+    let leader = leader_on(store, &queue);
+    tokio::spawn(leader.run(Some(listening), CancellationToken::new()));
     queue
 }
 

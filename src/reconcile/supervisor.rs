@@ -38,7 +38,7 @@ pub struct TermDuties {
     pub tasks: Vec<JoinHandle<()>>,
     /// Fires once the wake-up listener listens: the leader's first full
     /// read waits for it (see [`crate::cluster::wakeups`]).
-    pub listening: Option<oneshot::Receiver<()>>,
+    pub listening: oneshot::Receiver<()>,
 }
 
 /// What leader work is made of.
@@ -139,8 +139,10 @@ fn start_term(
             async move { r.run(&node).await }
         },
     );
-    let duties = parts.duties.as_ref().map(|d| d(token, term));
-    let (extra, listening) = duties.map_or((Vec::new(), None), |d| (d.tasks, d.listening));
+    let (extra, listening) = match parts.duties.as_ref().map(|d| d(token, term)) {
+        Some(d) => (d.tasks, Some(d.listening)),
+        None => (Vec::new(), None),
+    };
     let leader = Leader::new(
         store,
         WorkingState::new(link_writes),
@@ -149,9 +151,8 @@ fn start_term(
         parts.topology.clone(),
         parts.reconciler.reconcile_period,
         token.clone(),
-    )
-    .first_read_after(listening);
-    tasks.push(tokio::spawn(leader.run(term.clone())));
+    );
+    tasks.push(tokio::spawn(leader.run(listening, term.clone())));
     tasks.extend(extra);
     (queue, tasks)
 }

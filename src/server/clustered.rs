@@ -224,7 +224,7 @@ fn duties(
                 tokio::spawn(expire),
                 tokio::spawn(unreachable),
             ],
-            listening: Some(listening),
+            listening,
         }
     })
 }

@@ -85,6 +85,16 @@ impl PgTestDb {
     pub fn store(&self) -> Arc<PgStore> {
         self.store.clone()
     }
+
+    /// A plain connection of the test's own to this database, for SQL the
+    /// store does not offer (inspection, faults).
+    pub async fn client(&self) -> Client {
+        let (client, connection) = tokio_postgres::connect(&pg_url_for(&self.name), NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("connecting to test database {}: {e}", self.name));
+        tokio::spawn(connection);
+        client
+    }
 }
 
 impl Deref for PgTestDb {
