@@ -113,3 +113,26 @@ async fn two_thousand_nodes_in_one_process() {
     eprintln!("2000 nodes re-registered after {:?}", started.elapsed());
     assert_eq!(fleet.lost_count(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_dates_its_last_change() {
+    let mut cp = ScriptedCp::start().await;
+    let auto = cp.auto_register();
+    let before = std::time::Instant::now();
+    let fleet = SimFleet::start(&cp.url(), specs(8), options(4)).unwrap();
+    assert!(fleet.wait_all_registered(Duration::from_secs(10)).await);
+    let registered = fleet.last_change();
+    assert!(
+        registered.count >= 8,
+        "one change at least per registration, counted {}",
+        registered.count
+    );
+    assert!(registered.at > before && registered.at <= std::time::Instant::now());
+
+    auto.end_streams();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    assert!(fleet.changed_after(registered.count, deadline).await);
+    let again = fleet.last_change();
+    assert!(again.count > registered.count && again.at > registered.at);
+    cp.kill();
+}

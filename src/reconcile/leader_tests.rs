@@ -30,6 +30,12 @@ async fn arrival_beside_a_running_gateway() -> (Leader, Arc<WorkQueue>) {
     let mut leader = leader(&queue);
     queue.add_urgent("gateway");
     assert_eq!(queue.get().await.as_deref(), Some("gateway"));
+    edge_arrives(&mut leader).await;
+    (leader, queue)
+}
+
+/// Node `edge` arrives and its coalescing window passes.
+async fn edge_arrives(leader: &mut Leader) {
     let edge = BTreeSet::from(["edge".to_string()]);
     leader.affected.add(&BTreeSet::new(), &edge);
     tokio::time::advance(COALESCE_QUIET).await;
@@ -38,7 +44,6 @@ async fn arrival_beside_a_running_gateway() -> (Leader, Arc<WorkQueue>) {
         leader.affected.is_empty(),
         "the coalescing window was taken"
     );
-    (leader, queue)
 }
 
 #[tokio::test(start_paused = true)]
@@ -92,9 +97,8 @@ async fn an_arrival_waits_for_derivations_still_coalescing() {
     assert_eq!(queue.get().await.as_deref(), Some("edge"));
 }
 
-/// A leader on a store holding one ready node, its first read behind
-/// `listening`; returns the queue its initial sweep fills.
-async fn gated_leader(listening: oneshot::Receiver<()>) -> Arc<WorkQueue> {
+/// A store holding one ready node, `g/n1`.
+async fn store_with_a_ready_node() -> Arc<MemoryStore> {
     use crate::store::model::{Registration, ReplicaRef};
     let store = Arc::new(MemoryStore::new());
     let owner = ReplicaRef {
@@ -114,10 +118,28 @@ async fn gated_leader(listening: oneshot::Receiver<()>) -> Arc<WorkQueue> {
             .await
             .expect("marks ready")
     );
+    store
+}
+
+/// A leader on a store holding one ready node, its first read behind
+/// `listening`; returns the queue its initial sweep fills.
+async fn gated_leader(listening: oneshot::Receiver<()>) -> Arc<WorkQueue> {
     let queue = Arc::new(WorkQueue::new(QueueConfig::default()));
-    let leader = leader_on(store, &queue);
+    let leader = leader_on(store_with_a_ready_node().await, &queue);
     tokio::spawn(leader.run(Some(listening), CancellationToken::new()));
     queue
+}
+
+#[tokio::test]
+async fn a_term_reads_every_row_before_the_first_signal() {
+    let queue = Arc::new(WorkQueue::new(QueueConfig::default()));
+    let mut leader = leader_on(store_with_a_ready_node().await, &queue);
+    leader.begin_term().await;
+    let rows = leader.state.rows().expect("read at the start of the term");
+    assert!(rows.nodes.get("g/n1").is_some());
+    assert_eq!(queue.get().await.as_deref(), Some("g/n1"), "swept");
+    let batch = leader.inbox.next_batch().await;
+    assert_eq!(batch.nodes, ["g/n1"], "signalled for its lifecycle");
 }
 
 #[tokio::test(start_paused = true)]
@@ -144,4 +166,34 @@ async fn the_first_read_waits_for_the_listener_at_most_a_while() {
         "with the gate shut, the read waited {:?}",
         begun.elapsed()
     );
+}
+
+/// Gateway `a/n1` was commanded to dial link `l0`, not yet claimed.
+async fn leader_awaiting_a_claim(queue: &Arc<WorkQueue>) -> Leader {
+    use crate::reconcile::diff::tests::mk_link;
+    use crate::store::model::LinkStatus;
+    let store = Arc::new(MemoryStore::new());
+    let mut link = mk_link("l0", "a/n1", false);
+    link.status = LinkStatus::Connecting;
+    store.put_link(link).await.expect("stores the link");
+    let mut leader = leader_on(store, queue);
+    leader.begin_term().await;
+    let go = leader.pacing.release(
+        leader.state.rows(),
+        BTreeSet::from(["a/n1".into()]),
+        Instant::now(),
+    );
+    assert_eq!(go, ["a/n1"], "commanded to dial");
+    leader
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_arrival_waits_for_claims_on_their_way() {
+    let queue = Arc::new(WorkQueue::new(QueueConfig::default()));
+    let mut leader = leader_awaiting_a_claim(&queue).await;
+    edge_arrives(&mut leader).await;
+    assert!(queue.is_empty(), "queued while a claim is on its way");
+    tokio::time::advance(WAIT_MAX).await;
+    leader.release_affected();
+    assert_eq!(queue.get().await.as_deref(), Some("edge"), "at the cap");
 }

@@ -158,6 +158,20 @@ impl Pacing {
         !self.held_since.is_empty()
     }
 
+    /// Whether a link whose source was commanded to dial it is not claimed
+    /// yet (as `rows` have it): its claim is on its way, and the
+    /// derivation that takes it will send routes over it.
+    pub fn awaiting_claims(&self, rows: Option<&Rows>) -> bool {
+        let Some(rows) = rows.filter(|_| !self.commanded.is_empty()) else {
+            return false;
+        };
+        rows.links.iter().any(|l| {
+            !l.deleted
+                && matches!(l.status, LinkStatus::Pending | LinkStatus::Connecting)
+                && self.dialed(l)
+        })
+    }
+
     /// When the first held node's time is up.
     pub fn due(&self) -> Option<Instant> {
         self.held_since

@@ -117,6 +117,29 @@ async fn a_new_link_or_the_cap_releases_a_held_gateway() {
     assert_eq!(p.due(), None);
 }
 
+#[test]
+fn claims_are_awaited_for_commanded_links_only() {
+    use LinkStatus::*;
+    let mut p = Pacing::default();
+    let planned = rows([Pending, Pending]);
+    assert!(!p.awaiting_claims(Some(&planned)), "nothing commanded yet");
+    assert_eq!(release(&mut p, &planned, &["a/n1"]), ids(&["a/n1"]));
+    assert!(
+        p.awaiting_claims(Some(&planned)),
+        "its dials are on their way"
+    );
+    assert!(p.awaiting_claims(Some(&rows([Applied, Connecting]))));
+    assert!(!p.awaiting_claims(Some(&rows([Applied, Applied]))));
+    assert!(!p.awaiting_claims(Some(&rows([Applied, Failed]))));
+    let mut gone = rows([Applied, Connecting]);
+    gone.links[1].deleted = true;
+    assert!(
+        !p.awaiting_claims(Some(&gone)),
+        "a deleted link is not claimed"
+    );
+    assert!(!p.awaiting_claims(None));
+}
+
 /// A held node nobody affects again is due at its cap, and goes then.
 #[tokio::test(start_paused = true)]
 async fn a_held_node_goes_at_its_cap_unasked() {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::network::Change;
 use super::node::{SimNode, endpoint_of};
 use super::session::Dialer;
 use super::{NodeState, SimError, SimNetwork, SimNodeSpec, SimOptions};
@@ -40,7 +41,7 @@ pub struct SimFleet {
     nodes: Vec<SimNode>,
     index: HashMap<String, usize>,
     network: Arc<SimNetwork>,
-    changes: Arc<watch::Sender<u64>>,
+    changes: Arc<watch::Sender<Change>>,
     endpoint: tonic::transport::Endpoint,
     options: SimOptions,
 }
@@ -70,7 +71,7 @@ impl SimFleet {
             return Err(SimError::NoRuntime);
         }
         let network = SimNetwork::new();
-        let changes = Arc::new(watch::Sender::new(0u64));
+        let changes = Arc::new(watch::Sender::new(Change::new()));
         let endpoint = endpoint_of(control_plane, &options.node)?;
         let per_channel = options.nodes_per_channel.max(1);
         let mut nodes = Vec::with_capacity(specs.len());
@@ -212,6 +213,21 @@ impl SimFleet {
                 _ => return pred(self),
             }
         }
+    }
+
+    /// The latest change of any node's state or tables. A change is
+    /// counted under the lock that guards what it changed, so whatever a
+    /// read saw is counted by the time the read returns.
+    pub fn last_change(&self) -> Change {
+        *self.changes.borrow()
+    }
+
+    /// Waits until a change after the `count`th, or `deadline`; whether
+    /// there was one.
+    pub async fn changed_after(&self, count: u64, deadline: Instant) -> bool {
+        let mut changes = self.changes.subscribe();
+        let moved = changes.wait_for(|c| c.count != count);
+        matches!(tokio::time::timeout_at(deadline, moved).await, Ok(Ok(_)))
     }
 
     /// Crashes every node.

@@ -33,7 +33,7 @@ use crate::revision::Revision;
 pub use balancer::Balancer;
 pub use fleet::{FleetOptions, SimFleet};
 pub use linkcfg::{Addr, LinkConfig, parse_addr, parse_config, parse_requirements};
-pub use network::SimNetwork;
+pub use network::{Change, SimNetwork};
 pub use node::SimNode;
 pub use tables::{LIST_CHUNK, SimConnection, SimRoute, Tables, chunk_list};
 

@@ -17,16 +17,37 @@ use crate::proto::{dp, sb};
 /// How many notifications a node queues while it has no stream (as upstream).
 const MAX_PENDING: usize = 1000;
 
+/// The fleet's latest change: how many there were, and when the last was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Change {
+    pub count: u64,
+    pub at: std::time::Instant,
+}
+
+impl Change {
+    pub(crate) fn new() -> Change {
+        Change {
+            count: 0,
+            at: std::time::Instant::now(),
+        }
+    }
+
+    fn record(&mut self) {
+        self.count = self.count.wrapping_add(1);
+        self.at = std::time::Instant::now();
+    }
+}
+
 /// Change signals: one per node and optionally one per fleet (tables or
 /// state changed), for waiters without polling.
 #[derive(Debug)]
 pub(crate) struct Signals {
     pub node: watch::Sender<u64>,
-    pub fleet: Option<Arc<watch::Sender<u64>>>,
+    pub fleet: Option<Arc<watch::Sender<Change>>>,
 }
 
 impl Signals {
-    pub fn new(fleet: Option<Arc<watch::Sender<u64>>>) -> Arc<Signals> {
+    pub fn new(fleet: Option<Arc<watch::Sender<Change>>>) -> Arc<Signals> {
         Arc::new(Signals {
             node: watch::Sender::new(0),
             fleet,
@@ -38,7 +59,7 @@ impl Signals {
     pub fn bump(&self) {
         self.node.send_modify(|v| *v = v.wrapping_add(1));
         if let Some(fleet) = &self.fleet {
-            fleet.send_modify(|v| *v = v.wrapping_add(1));
+            fleet.send_modify(Change::record);
         }
     }
 }

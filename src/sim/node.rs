@@ -11,7 +11,7 @@ use tonic::transport::Endpoint;
 
 use super::commands::{Faults, announce_msg, withdraw_msg};
 use super::names::{NULL_ID, NameKey, make_name};
-use super::network::{ProcessStart, Signals};
+use super::network::{Change, ProcessStart, Signals};
 use super::process::{NodeShared, Proc, Status, lock, run};
 use super::session::{Ctl, Dialer};
 use super::tables::{SimConnection, SimRoute, Tables};
@@ -48,7 +48,7 @@ impl SimNode {
         dialer: Dialer,
         network: Arc<SimNetwork>,
         options: SimOptions,
-        fleet: Option<Arc<watch::Sender<u64>>>,
+        fleet: Option<Arc<watch::Sender<Change>>>,
     ) -> Result<SimNode, SimError> {
         let key = spec.effective_id();
         let signals = Signals::new(fleet);

@@ -75,7 +75,7 @@ impl Proc {
         if registered {
             st.registrations += 1;
         }
-        drop(st);
+        // Counted before the lock goes: see `SimFleet::last_change`.
         self.shared.signals.bump();
     }
 
