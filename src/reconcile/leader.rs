@@ -102,7 +102,10 @@ impl Leader {
                 _ = tokio::time::timeout(LISTENING_WAIT, listening) => {}
             }
         }
-        self.begin_term().await;
+        if let Err(e) = self.begin_term().await {
+            self.token.depose(&e.to_string());
+            return;
+        }
         let mut tick = tokio::time::interval(self.resync_every);
         tick.tick().await;
         loop {
@@ -148,19 +151,33 @@ impl Leader {
     }
 
     /// A term's first resync, which reads every row at once rather than
-    /// at the first signal: a fleet registering as the term begins would
-    /// otherwise wait for that read behind its first node (40-60 ms of a
-    /// 1,000-node burst on Postgres). The nodes it holds are signalled and
-    /// swept as in [`Self::resync`]; if the read fails, that resync runs
-    /// instead and the first batch reads again.
-    async fn begin_term(&mut self) {
+    /// at the first signal (a fleet registering as the term begins waited
+    /// for that read behind its first node: 40-60 ms of a 1,000-node burst
+    /// on Postgres), sweeps every ready node, and judges every node on the
+    /// rows just read: a fact committed since signals its node again. If
+    /// the read fails, [`Self::resync`] runs instead and the first batch
+    /// reads again. `Err` only when another leader took over.
+    async fn begin_term(&mut self) -> Result<(), StoreError> {
         self.state.invalidate();
         if let Err(e) = self.state.refresh(self.store.as_ref(), &[]).await {
             warn!(error = %e, "the term's first read failed; the first batch reads again");
-            return self.resync(true).await;
+            self.resync(true).await;
+            return Ok(());
         }
-        let nodes = self.state.rows().into_iter().flat_map(|r| r.nodes.iter());
-        self.signal_all(nodes, true);
+        let nodes: Vec<String> = match self.state.rows() {
+            Some(rows) => rows.nodes.iter().map(|n| n.id.clone()).collect(),
+            None => Vec::new(),
+        };
+        let ready = |id: &String| {
+            let rows = self.state.rows();
+            rows.and_then(|r| r.nodes.get(id))
+                .is_some_and(|n| n.ready_session().is_some())
+        };
+        nodes
+            .iter()
+            .filter(|n| ready(n))
+            .for_each(|n| self.queue.add(n));
+        self.judge(nodes, Instant::now()).await
     }
 
     /// Marks every known node dirty and reads every row again; with
@@ -168,22 +185,15 @@ impl Leader {
     async fn resync(&mut self, sweep: bool) {
         self.state.invalidate();
         match self.store.list_nodes().await {
-            Ok(nodes) => self.signal_all(&nodes, sweep),
-            Err(e) => {
-                warn!(error = %e, "full resync could not list nodes");
-                self.signal_all(&[], sweep);
+            Ok(nodes) => {
+                for n in &nodes {
+                    self.inbox.node_changed(&n.id);
+                    if sweep && n.ready_session().is_some() {
+                        self.queue.add(&n.id);
+                    }
+                }
             }
-        }
-    }
-
-    /// Signals `nodes` and every node seen before; with `sweep`, queues
-    /// those of `nodes` that are ready too.
-    fn signal_all<'a>(&self, nodes: impl IntoIterator<Item = &'a NodeRecord>, sweep: bool) {
-        for n in nodes {
-            self.inbox.node_changed(&n.id);
-            if sweep && n.ready_session().is_some() {
-                self.queue.add(&n.id);
-            }
+            Err(e) => warn!(error = %e, "full resync could not list nodes"),
         }
         self.seen.keys().for_each(|n| self.inbox.node_changed(n));
     }
@@ -192,11 +202,17 @@ impl Leader {
     /// their lifecycle and the derivation: a batch reads what changed.
     async fn handle(&mut self, batch: Vec<String>) -> Result<(), StoreError> {
         let started = Instant::now();
-        let size = batch.len();
         if let Err(e) = self.state.refresh(self.store.as_ref(), &batch).await {
             batch.iter().for_each(|n| self.retry_later(n, &e));
             return Ok(());
         }
+        self.judge(batch, started).await
+    }
+
+    /// The lifecycle of the batch's nodes and the derivation, on the rows
+    /// as they are (refreshed for the batch, begun at `started`).
+    async fn judge(&mut self, batch: Vec<String>, started: Instant) -> Result<(), StoreError> {
+        let size = batch.len();
         let records = self.records_of(&batch);
         let mut arrived = BTreeSet::new();
         let mut changed = false;
