@@ -202,7 +202,7 @@ impl Watch {
         let mut candidate: Option<Change> = None;
         loop {
             let started = Instant::now();
-            let seen = fleet.last_change().count;
+            let counted = fleet.last_change().count;
             w.last = observe(fleet, size, &mut w.seen);
             let mark = fleet.last_change();
             let (elapsed, cost) = (t0.elapsed(), started.elapsed());
@@ -239,7 +239,7 @@ impl Watch {
                 // (a change during the inspection counts: it may not
                 // have been seen).
                 let until = t0 + timeout.min(next_progress);
-                fleet.changed_after(seen, until.into()).await;
+                fleet.changed_after(counted, until.into()).await;
             }
         }
     }

@@ -164,19 +164,14 @@ impl Leader {
             self.resync(true).await;
             return Ok(());
         }
-        let nodes: Vec<String> = match self.state.rows() {
-            Some(rows) => rows.nodes.iter().map(|n| n.id.clone()).collect(),
-            None => Vec::new(),
-        };
-        let ready = |id: &String| {
-            let rows = self.state.rows();
-            rows.and_then(|r| r.nodes.get(id))
-                .is_some_and(|n| n.ready_session().is_some())
-        };
-        nodes
-            .iter()
-            .filter(|n| ready(n))
-            .for_each(|n| self.queue.add(n));
+        let records = self.state.rows().into_iter().flat_map(|r| r.nodes.iter());
+        let mut nodes = Vec::new();
+        for n in records {
+            if n.ready_session().is_some() {
+                self.queue.add(&n.id);
+            }
+            nodes.push(n.id.clone());
+        }
         self.judge(nodes, Instant::now()).await
     }
 
