@@ -167,8 +167,8 @@ mod postgres_backend {
     }
 
     /// A reconcile's records of what a node holds commit without waiting
-    /// for the disk (the next look records them again); the leader's
-    /// derived rows do wait. Fenced, the fence still runs first: the
+    /// for the disk (the next look records them again), on generic plans
+    /// (they look their rows up by id); the leader's derived rows do wait. Fenced, the fence still runs first: the
     /// records of a deposed term are refused.
     #[tokio::test]
     async fn pg_only_a_reconciles_records_skip_the_wait_for_the_disk() {
@@ -178,7 +178,8 @@ mod postgres_backend {
             "CREATE TABLE commit_modes (seq serial, mode text); \
              CREATE FUNCTION note_commit_mode() RETURNS trigger LANGUAGE plpgsql AS $$ \
                BEGIN INSERT INTO commit_modes (mode) \
-                 VALUES (current_setting('synchronous_commit')); RETURN NULL; END $$; \
+                 VALUES (current_setting('synchronous_commit') || ' ' \
+                   || current_setting('plan_cache_mode')); RETURN NULL; END $$; \
              CREATE TRIGGER note AFTER INSERT OR UPDATE ON routes \
                FOR EACH ROW EXECUTE FUNCTION note_commit_mode()",
         )
@@ -187,6 +188,8 @@ mod postgres_backend {
         // off), this database's sessions start with it on.
         let on = format!("ALTER DATABASE {} SET synchronous_commit = on", db.name());
         sql(&db, &on).await;
+        let auto = format!("ALTER DATABASE {} SET plan_cache_mode = auto", db.name());
+        sql(&db, &auto).await;
         let store = PgStore::connect(&pg_url_for(db.name()), 2).await.unwrap();
         let leader = store.with_fence(0);
         leader
@@ -206,7 +209,11 @@ mod postgres_backend {
             .record_acknowledgement("a/n1", &[], &applied, &[])
             .await
             .expect("recorded");
-        assert_eq!(commit_modes(&db).await, ["on", "off"]);
+        // The record also runs on generic plans (see `tx::relaxed`).
+        assert_eq!(
+            commit_modes(&db).await,
+            ["on auto", "off force_generic_plan"]
+        );
         sql(&db, "UPDATE leadership SET epoch = 1").await;
         let failed = [RouteMark {
             status: RouteStatus::Failed,

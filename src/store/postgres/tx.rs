@@ -262,11 +262,19 @@ async fn fenced<'a, T>(db: &'a Db<'_>, epoch: u64, body: TxFuture<'a, T>) -> Res
 /// reconcile observes on a node and records: a database crash may lose
 /// the last moments of such writes (never tear them), and the next look
 /// at the node records them again.
+///
+/// Its statements also run on generic plans. They update a node's rows
+/// by id from arrays of at most a command's items; a custom plan sees the
+/// arrays' true length and, on a table of a few thousand rows, joined
+/// them by scanning the whole table (1.0-1.3 ms for a gateway's 98 route
+/// marks among 4,900 routes, against 0.44 ms by the primary key). A
+/// generic plan assumes a short array and looks each id up.
 pub(super) async fn relaxed<T>(
     db: &Db<'_>,
     work: impl Future<Output = Result<T, TxError>>,
 ) -> Result<T, TxError> {
-    const SQL: &str = "SELECT set_config('synchronous_commit', 'off', true)";
+    const SQL: &str = "SELECT set_config('synchronous_commit', 'off', true), \
+         set_config('plan_cache_mode', 'force_generic_plan', true)";
     Ok(ahead_of(db, SQL, &[], work).await?.1)
 }
 
