@@ -14,7 +14,12 @@
 //! (or [`HOLD_MAX`] has passed), it gets them in one, however fast or slow
 //! the store makes the claims arrive. A node with a link it has not been
 //! commanded to create is never held: its dials are what the others wait
-//! for.
+//! for. A node is also held for the links into its group that it may
+//! claim, from sources commanded to dial them or about to be (connected):
+//! at 10,000 nodes the gateways' link commands go out over about a second,
+//! and a gateway released while a later source had yet to be commanded
+//! got the routes over that source's link in a third command (29 of 100
+//! gateways in one Postgres run, 228 commands instead of 199).
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -198,13 +203,14 @@ impl Pacing {
         }
         let group = rows.nodes.get(node).and_then(|n| n.group.as_deref());
         let incoming = group.and_then(|g| w.incoming.get(g));
-        let dialed_in = incoming.is_some_and(|links| {
-            links
-                .iter()
-                .any(|l| l.dest_node.as_deref().is_none_or(|d| d == node) && self.dialed(l))
+        let awaited_in = incoming.is_some_and(|links| {
+            links.iter().any(|l| {
+                l.dest_node.as_deref().is_none_or(|d| d == node)
+                    && (self.dialed(l) || connected(rows, &l.source_node))
+            })
         });
         let since = *self.held_since.entry(node.to_string()).or_insert(now);
-        let held = (!outgoing.is_empty() || dialed_in) && since + HOLD_MAX > now;
+        let held = (!outgoing.is_empty() || awaited_in) && since + HOLD_MAX > now;
         if !held {
             self.held_since.remove(node);
         }
@@ -219,6 +225,14 @@ impl Pacing {
                 .get(&l.source_node)
                 .is_some_and(|s| s.contains(&l.link_id))
     }
+}
+
+/// Whether `node` has a ready session: a link it sources will be dialed
+/// once its command goes out, even if it has not gone yet.
+fn connected(rows: &Rows, node: &str) -> bool {
+    rows.nodes
+        .get(node)
+        .is_some_and(|n| n.ready_session().is_some())
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@ use super::*;
 use crate::reconcile::diff::tests::mk_link;
 use crate::routing::fleet::Fleet;
 use crate::routing::plan_tests::mk_node;
+use crate::store::model::NodeRecord;
 
 fn ids(names: &[&str]) -> Vec<String> {
     names.iter().map(|s| s.to_string()).collect()
@@ -138,6 +139,36 @@ fn claims_are_awaited_for_commanded_links_only() {
         "a deleted link is not claimed"
     );
     assert!(!p.awaiting_claims(None));
+}
+
+/// `b/n1` waits for the link into `b` from `a/n1`, whose command has not
+/// gone yet, while `a/n1` is connected; not once `a/n1` is away.
+#[tokio::test(start_paused = true)]
+async fn a_destination_waits_for_a_connected_source_not_yet_commanded() {
+    use LinkStatus::*;
+    let mut p = Pacing::default();
+    let mut planned = rows([Pending, Applied]);
+    assert!(
+        release(&mut p, &planned, &["b/n1"]).is_empty(),
+        "held for the link a/n1 is about to dial"
+    );
+    assert_eq!(p.due(), Some(Instant::now() + HOLD_MAX));
+    assert_eq!(
+        release(&mut p, &rows([Applied, Applied]), &["b/n1"]),
+        ids(&["b/n1"]),
+        "claimed"
+    );
+    if let Some(source) = planned.nodes.get("a/n1").cloned() {
+        planned.nodes.upsert(NodeRecord {
+            session: None,
+            ..source
+        });
+    }
+    assert_eq!(
+        release(&mut p, &planned, &["b/n1"]),
+        ids(&["b/n1"]),
+        "a source away dials nothing"
+    );
 }
 
 /// A held node nobody affects again is due at its cap, and goes then.
