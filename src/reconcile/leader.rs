@@ -102,7 +102,7 @@ impl Leader {
                 _ = tokio::time::timeout(LISTENING_WAIT, listening) => {}
             }
         }
-        if let Err(e) = self.begin_term().await {
+        if let Err(e) = self.resync(true).await {
             self.token.depose(&e.to_string());
             return;
         }
@@ -116,17 +116,19 @@ impl Leader {
                 .chain(self.pacing.due())
                 .chain(self.arrivals.due())
                 .min();
-            tokio::select! {
+            let done = tokio::select! {
                 _ = cancel.cancelled() => break,
                 // Urgent: the periodic sweep must not hold them back.
-                _ = sleep_until(due) => self.release_affected(),
-                _ = tick.tick() => self.resync(self.sweep).await,
-                batch = self.inbox.next_batch() => {
-                    if let Err(e) = self.take(batch).await {
-                        self.token.depose(&e.to_string());
-                        break;
-                    }
+                _ = sleep_until(due) => {
+                    self.release_affected();
+                    Ok(())
                 }
+                _ = tick.tick() => self.resync(self.sweep).await,
+                batch = self.inbox.next_batch() => self.take(batch).await,
+            };
+            if let Err(e) = done {
+                self.token.depose(&e.to_string());
+                break;
             }
             // In a burst the next batch is always ready, and on the memory
             // store nothing here waits: without a yield this task would
@@ -142,7 +144,7 @@ impl Leader {
     /// A batch of signals; `Err` only when another leader took over.
     async fn take(&mut self, batch: Batch) -> Result<(), StoreError> {
         if batch.resync {
-            self.resync(false).await;
+            self.resync(false).await?;
         }
         if batch.nodes.is_empty() {
             return Ok(());
@@ -150,47 +152,30 @@ impl Leader {
         self.handle(batch.nodes).await
     }
 
-    /// A term's first resync, which reads every row at once rather than
-    /// at the first signal (a fleet registering as the term begins waited
-    /// for that read behind its first node: 40-60 ms of a 1,000-node burst
-    /// on Postgres), sweeps every ready node, and judges every node on the
-    /// rows just read: a fact committed since signals its node again. If
-    /// the read fails, [`Self::resync`] runs instead and the first batch
-    /// reads again. `Err` only when another leader took over.
-    async fn begin_term(&mut self) -> Result<(), StoreError> {
+    /// Reads every row again at once and judges every node it holds or has
+    /// seen; with `sweep`, queues every ready node too. Read here rather
+    /// than at the next signal: a fleet registering as a term begins waited
+    /// for that read behind its first node (40-60 ms of a 1,000-node burst
+    /// on Postgres), and a list of the nodes to signal first was a second
+    /// read of every node. A fact committed since signals its node again.
+    /// If the read fails, the nodes seen are signalled and the next batch
+    /// reads everything. `Err` only when another leader took over.
+    async fn resync(&mut self, sweep: bool) -> Result<(), StoreError> {
         self.state.invalidate();
         if let Err(e) = self.state.refresh(self.store.as_ref(), &[]).await {
-            warn!(error = %e, "the term's first read failed; the first batch reads again");
-            self.resync(true).await;
+            warn!(error = %e, "full resync could not read the rows; the next batch reads again");
+            self.seen.keys().for_each(|n| self.inbox.node_changed(n));
             return Ok(());
         }
-        let records = self.state.rows().into_iter().flat_map(|r| r.nodes.iter());
-        let mut nodes = Vec::new();
-        for n in records {
-            if n.ready_session().is_some() {
+        let mut nodes: BTreeSet<String> = self.seen.keys().cloned().collect();
+        for n in self.state.rows().into_iter().flat_map(|r| r.nodes.iter()) {
+            if sweep && n.ready_session().is_some() {
                 self.queue.add(&n.id);
             }
-            nodes.push(n.id.clone());
+            nodes.insert(n.id.clone());
         }
-        self.judge(nodes, Instant::now()).await
-    }
-
-    /// Marks every known node dirty and reads every row again; with
-    /// `sweep`, queues every node too.
-    async fn resync(&mut self, sweep: bool) {
-        self.state.invalidate();
-        match self.store.list_nodes().await {
-            Ok(nodes) => {
-                for n in &nodes {
-                    self.inbox.node_changed(&n.id);
-                    if sweep && n.ready_session().is_some() {
-                        self.queue.add(&n.id);
-                    }
-                }
-            }
-            Err(e) => warn!(error = %e, "full resync could not list nodes"),
-        }
-        self.seen.keys().for_each(|n| self.inbox.node_changed(n));
+        self.judge(nodes.into_iter().collect(), Instant::now())
+            .await
     }
 
     /// The working state, refreshed for the batch's nodes, serves both

@@ -134,7 +134,7 @@ async fn gated_leader(listening: oneshot::Receiver<()>) -> Arc<WorkQueue> {
 async fn a_term_reads_every_row_and_judges_every_node_before_the_first_signal() {
     let queue = Arc::new(WorkQueue::new(QueueConfig::default()));
     let mut leader = leader_on(store_with_a_ready_node().await, &queue);
-    leader.begin_term().await.expect("not fenced");
+    leader.resync(true).await.expect("not fenced");
     let rows = leader.state.rows().expect("read at the start of the term");
     assert!(rows.nodes.get("g/n1").is_some());
     assert_eq!(queue.get().await.as_deref(), Some("g/n1"), "swept");
@@ -177,7 +177,7 @@ async fn leader_awaiting_a_claim(queue: &Arc<WorkQueue>) -> Leader {
     link.status = LinkStatus::Connecting;
     store.put_link(link).await.expect("stores the link");
     let mut leader = leader_on(store, queue);
-    leader.begin_term().await.expect("not fenced");
+    leader.resync(true).await.expect("not fenced");
     let go = leader.pacing.release(
         leader.state.rows(),
         BTreeSet::from(["a/n1".into()]),

@@ -124,10 +124,7 @@ impl<'r> Waiting<'r> {
             outgoing: HashMap::new(),
             incoming: HashMap::new(),
         };
-        let unclaimed = rows.links.iter().filter(|l| {
-            !l.deleted && matches!(l.status, LinkStatus::Pending | LinkStatus::Connecting)
-        });
-        for l in unclaimed {
+        for l in rows.links.iter().filter(|l| unclaimed(l)) {
             w.outgoing.entry(&l.source_node).or_default().push(l);
             w.incoming.entry(&l.dest_group).or_default().push(l);
         }
@@ -170,11 +167,7 @@ impl Pacing {
         let Some(rows) = rows.filter(|_| !self.commanded.is_empty()) else {
             return false;
         };
-        rows.links.iter().any(|l| {
-            !l.deleted
-                && matches!(l.status, LinkStatus::Pending | LinkStatus::Connecting)
-                && self.dialed(l)
-        })
+        rows.links.iter().any(|l| unclaimed(l) && self.dialed(l))
     }
 
     /// When the first held node's time is up.
@@ -225,6 +218,11 @@ impl Pacing {
                 .get(&l.source_node)
                 .is_some_and(|s| s.contains(&l.link_id))
     }
+}
+
+/// Whether `l` is live and not claimed (Pending or Connecting).
+fn unclaimed(l: &Link) -> bool {
+    !l.deleted && matches!(l.status, LinkStatus::Pending | LinkStatus::Connecting)
 }
 
 /// Whether `node` has a ready session: a link it sources will be dialed
