@@ -255,7 +255,8 @@ impl Leader {
     }
 
     /// Queues the nodes that are due: those whose desired state changed in
-    /// the urgent lane, unless [`Pacing`] holds them; and the looks at
+    /// the urgent lane, unless [`Pacing`] holds them (for their claims, or
+    /// while facts wait in the inbox); and the looks at
     /// nodes that only arrived in the routine lane, once the leader is not
     /// busy (see [`super::arrivals`]), so that a registration burst's
     /// looks at nodes with nothing to send do not hold back the gateways'
@@ -268,7 +269,10 @@ impl Leader {
         let (changed, arrived) = self.affected.take(now);
         self.arrivals.remove(&changed);
         self.arrivals.add(arrived, now);
-        let go = self.pacing.release(self.state.rows(), changed, now);
+        let facts_waiting = !self.inbox.is_empty();
+        let go = self
+            .pacing
+            .release(self.state.rows(), changed, now, facts_waiting);
         go.iter().for_each(|n| self.queue.add_urgent(n));
         let busy = !self.affected.is_empty()
             || self.pacing.holding()

@@ -182,6 +182,7 @@ async fn leader_awaiting_a_claim(queue: &Arc<WorkQueue>) -> Leader {
         leader.state.rows(),
         BTreeSet::from(["a/n1".into()]),
         Instant::now(),
+        false,
     );
     assert_eq!(go, ["a/n1"], "commanded to dial");
     leader

@@ -14,7 +14,12 @@ fn set(names: &[&str]) -> BTreeSet<String> {
 
 /// The nodes `p` lets go now of those `affected`, the links as in `rows`.
 fn release(p: &mut Pacing, rows: &Rows, affected: &[&str]) -> Vec<String> {
-    p.release(Some(rows), set(affected), Instant::now())
+    p.release(Some(rows), set(affected), Instant::now(), false)
+}
+
+/// As [`release`], while facts wait in the inbox.
+fn release_facts_waiting(p: &mut Pacing, rows: &Rows, affected: &[&str]) -> Vec<String> {
+    p.release(Some(rows), set(affected), Instant::now(), true)
 }
 
 #[tokio::test(start_paused = true)]
@@ -193,6 +198,66 @@ async fn a_held_node_goes_at_its_cap_unasked() {
 #[test]
 fn without_rows_nothing_is_held() {
     let mut p = Pacing::default();
-    let go = p.release(None, set(&["a/n1"]), Instant::now());
+    let go = p.release(None, set(&["a/n1"]), Instant::now(), true);
     assert_eq!(go, ids(&["a/n1"]));
+}
+
+/// `a/n1`, its links claimed, waits while facts wait in the inbox: it is
+/// looked at again every [`RECHECK`] and goes once the inbox is empty,
+/// asked or not; never past the cap.
+#[tokio::test(start_paused = true)]
+async fn a_node_waits_while_facts_wait_in_the_inbox() {
+    use LinkStatus::*;
+    let mut p = Pacing::default();
+    let now = Instant::now();
+    let planned = rows([Pending, Pending]);
+    let go = release_facts_waiting(&mut p, &planned, &["a/n1"]);
+    assert_eq!(go, ids(&["a/n1"]), "its dials go whatever waits");
+    let claimed = rows([Applied, Applied]);
+    assert!(release_facts_waiting(&mut p, &claimed, &["a/n1"]).is_empty());
+    assert!(p.holding());
+    assert_eq!(p.due(), Some(now + RECHECK), "looked at again soon");
+    tokio::time::advance(RECHECK).await;
+    assert!(
+        release_facts_waiting(&mut p, &claimed, &[]).is_empty(),
+        "facts still wait"
+    );
+    assert_eq!(p.due(), Some(Instant::now() + RECHECK));
+    tokio::time::advance(RECHECK).await;
+    assert_eq!(
+        release(&mut p, &claimed, &[]),
+        ids(&["a/n1"]),
+        "inbox empty"
+    );
+    assert_eq!(p.due(), None);
+    assert!(!p.holding());
+
+    assert!(release_facts_waiting(&mut p, &claimed, &["a/n1"]).is_empty());
+    tokio::time::advance(HOLD_MAX).await;
+    assert!(
+        release_facts_waiting(&mut p, &claimed, &[]).is_empty(),
+        "past the cap of a hold for claims"
+    );
+    assert_eq!(p.due(), Some(Instant::now() + RECHECK), "still rechecked");
+    tokio::time::advance(FACTS_HOLD_MAX - HOLD_MAX).await;
+    let go = release_facts_waiting(&mut p, &claimed, &[]);
+    assert_eq!(go, ids(&["a/n1"]), "never past its own cap");
+    assert_eq!(p.due(), None);
+}
+
+/// Held for a claim past its cap while facts wait, `a/n1` is due at the
+/// rechecks, not at the cap it passed (the leader would spin).
+#[tokio::test(start_paused = true)]
+async fn a_hold_for_claims_that_turns_into_one_for_facts_is_not_due_at_once() {
+    use LinkStatus::*;
+    let mut p = Pacing::default();
+    let planned = rows([Pending, Pending]);
+    assert_eq!(release(&mut p, &planned, &["a/n1"]), ids(&["a/n1"]));
+    let sent = rows([Connecting, Connecting]);
+    assert!(release_facts_waiting(&mut p, &sent, &["a/n1"]).is_empty());
+    tokio::time::advance(HOLD_MAX).await;
+    assert!(release_facts_waiting(&mut p, &sent, &[]).is_empty());
+    let now = Instant::now();
+    assert!(p.due().is_some_and(|d| d > now), "due later: {:?}", p.due());
+    assert_eq!(release(&mut p, &sent, &[]), ids(&["a/n1"]), "inbox empty");
 }
