@@ -198,3 +198,27 @@ async fn an_arrival_waits_for_claims_on_their_way() {
     leader.release_affected();
     assert_eq!(queue.get().await.as_deref(), Some("edge"), "at the cap");
 }
+
+/// `g/n1`, with nothing to dial or claim, is held while a fact waits in
+/// the inbox, and queued at the first recheck after the inbox is taken.
+#[tokio::test(start_paused = true)]
+async fn a_changed_node_waits_for_the_facts_in_the_inbox() {
+    use crate::reconcile::pacing::RECHECK;
+    let queue = Arc::new(WorkQueue::new(QueueConfig::default()));
+    let mut leader = leader_on(store_with_a_ready_node().await, &queue);
+    leader.resync(false).await.expect("not fenced");
+    leader.inbox.node_changed("other");
+    let changed = BTreeSet::from(["g/n1".to_string()]);
+    leader.affected.add(&changed, &BTreeSet::new());
+    tokio::time::advance(COALESCE_QUIET).await;
+    leader.release_affected();
+    assert!(queue.is_empty(), "held while a fact waits");
+    assert!(leader.pacing.holding());
+
+    let batch = leader.inbox.next_batch().await;
+    assert_eq!(batch.nodes, ["other"]);
+    tokio::time::advance(RECHECK).await;
+    leader.release_affected();
+    assert_eq!(queue.get().await.as_deref(), Some("g/n1"), "inbox empty");
+    assert!(!leader.pacing.holding());
+}

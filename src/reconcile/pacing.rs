@@ -125,7 +125,8 @@ pub struct Pacing {
     /// its command for them is on its way.
     commanded: HashMap<String, BTreeSet<String>>,
     /// The held nodes, each with when it was first held: it is looked at
-    /// when affected again, or at the latest [`HOLD_MAX`] after that.
+    /// when affected again, or at the latest at its cap after that
+    /// ([`HOLD_MAX`], or [`FACTS_HOLD_MAX`] if it waits for facts only).
     held_since: HashMap<String, Instant>,
     /// The held nodes that wait for nothing but the facts in the inbox,
     /// and when they are looked at again.
@@ -166,11 +167,9 @@ impl Pacing {
         now: Instant,
         facts_waiting: bool,
     ) -> Vec<String> {
-        let expired = self
-            .held_since
-            .iter()
-            .filter(|(_, since)| **since + HOLD_MAX <= now);
-        nodes.extend(expired.map(|(n, _)| n.clone()));
+        let expired = (self.held_since.iter()).filter(|(n, since)| self.cap(n, **since) <= now);
+        let expired: Vec<String> = expired.map(|(n, _)| n.clone()).collect();
+        nodes.extend(expired);
         if !facts_waiting {
             nodes.append(&mut self.waiting_for_facts);
         }
@@ -180,11 +179,26 @@ impl Pacing {
             self.recheck_at = None;
             return nodes.into_iter().collect();
         };
-        let waiting = Waiting::new(rows);
-        let mut held = |n: &String| self.hold(rows, &waiting, n, now, facts_waiting);
-        let go = nodes.into_iter().filter(|n| !held(n)).collect();
+        // A recheck while facts still wait usually has nobody to look at:
+        // no index of every link for it.
+        let go = if nodes.is_empty() {
+            Vec::new()
+        } else {
+            let waiting = Waiting::new(rows);
+            let mut held = |n: &String| self.hold(rows, &waiting, n, now, facts_waiting);
+            nodes.into_iter().filter(|n| !held(n)).collect()
+        };
         self.recheck_at = (!self.waiting_for_facts.is_empty()).then(|| now + RECHECK);
         go
+    }
+
+    /// When the hold of `node`, begun at `since`, runs out: one for the
+    /// inbox's facts alone lasts longer than one for claims.
+    fn cap(&self, node: &str, since: Instant) -> Instant {
+        match self.waiting_for_facts.contains(node) {
+            true => since + FACTS_HOLD_MAX,
+            false => since + HOLD_MAX,
+        }
     }
 
     /// Whether a node is held for its claims.
@@ -205,11 +219,8 @@ impl Pacing {
     /// When the first held node's time is up, or the nodes held for the
     /// inbox's facts are looked at again.
     pub fn due(&self) -> Option<Instant> {
-        let capped = (self.held_since.iter())
-            .filter(|(n, _)| !self.waiting_for_facts.contains(*n))
-            .map(|(_, since)| *since + HOLD_MAX)
-            .min();
-        capped.into_iter().chain(self.recheck_at).min()
+        let caps = (self.held_since.iter()).map(|(n, since)| self.cap(n, *since));
+        caps.chain(self.recheck_at).min()
     }
 
     /// Whether `node` is held (again).
