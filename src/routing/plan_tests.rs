@@ -156,6 +156,33 @@ fn full_mesh_of_three_groups_plans_three_links() {
 }
 
 #[test]
+fn a_group_joining_a_linked_mesh_dials_the_linked_groups() {
+    let mut nodes = vec![mk_node("b", "n1"), mk_node("c", "n1")];
+    let first = plan(&nodes, &[], &mk_graphs(&mesh(), &nodes), 0, &mut ids());
+    let stored = owned(&first.live);
+    nodes.extend([mk_node("a", "n1"), mk_node("d", "n1")]);
+    let graphs = mk_graphs(&mesh(), &nodes);
+    let p = plan(&nodes, &stored, &graphs, 0, &mut ids());
+    let new: BTreeSet<(&str, &str)> = p
+        .upserts
+        .iter()
+        .map(|l| (l.source_group.as_str(), l.dest_group.as_str()))
+        .collect();
+    let expected = [("a", "b"), ("a", "c"), ("a", "d"), ("d", "b"), ("d", "c")];
+    assert_eq!(
+        new,
+        BTreeSet::from(expected),
+        "newcomers dial the linked groups, each other by name"
+    );
+    assert!(
+        p.upserts
+            .iter()
+            .all(|l| l.source_node != "b/n1" && l.source_node != "c/n1"),
+        "the linked gateways are commanded nothing new"
+    );
+}
+
+#[test]
 fn a_link_written_by_an_earlier_version_gets_todays_config_once() {
     let nodes = vec![mk_node("a", "n1"), mk_node("b", "n1")];
     let graphs = mk_graphs(&mesh(), &nodes);
