@@ -205,6 +205,17 @@ pub trait Store: Send + Sync + 'static {
     /// (each once, whatever `ids` repeats).
     async fn get_nodes(&self, ids: &[String]) -> Result<Vec<NodeRecord>, StoreError>;
 
+    /// The current sessions of the nodes named in `ids` that have one, by
+    /// node id in id order: where each is connected, without the rest of
+    /// its record (every reconcile in a cluster asks this first).
+    async fn sessions_of(&self, ids: &[String]) -> Result<Vec<(String, Session)>, StoreError> {
+        let records = self.get_nodes(ids).await?;
+        Ok(records
+            .into_iter()
+            .filter_map(|r| Some((r.id, r.session?)))
+            .collect())
+    }
+
     /// Deletes the node's record if it has no session and its latest
     /// generation is still `generation` (nobody re-registered meanwhile).
     /// Templates, links and routes are not touched. Returns whether it deleted.

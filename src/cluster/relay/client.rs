@@ -213,19 +213,16 @@ impl RelayClient {
 #[async_trait]
 impl Remote for RelayClient {
     async fn locate_all(&self, nodes: &[String]) -> Result<Vec<Location>, TransportError> {
-        let records = self
+        let sessions = self
             .store
-            .get_nodes(nodes)
+            .sessions_of(nodes)
             .await
             .map_err(|e| TransportError::Relay(e.to_string()))?;
-        let located = records.into_iter().filter_map(|r| {
-            let s = r.session?;
-            Some(Location {
-                node: r.id,
-                local: self.identity.is(&s.owner),
-                owner: s.owner,
-                session: s.id,
-            })
+        let located = sessions.into_iter().map(|(node, s)| Location {
+            node,
+            local: self.identity.is(&s.owner),
+            owner: s.owner,
+            session: s.id,
         });
         Ok(located.collect())
     }

@@ -3,6 +3,13 @@
 
 use super::{mk_link, mk_name, start};
 use crate::store::Store;
+use crate::store::model::{DepartureKind, NodeRecord};
+
+/// The id of `node`'s session among `records`.
+fn ended_session(records: &[NodeRecord], node: &str) -> uuid::Uuid {
+    let record = records.iter().find(|n| n.id == node);
+    record.and_then(|n| n.session.as_ref()).unwrap().id
+}
 
 fn ids(names: &[&str]) -> Vec<String> {
     names.iter().map(|s| s.to_string()).collect()
@@ -39,4 +46,17 @@ pub async fn partial_reads_agree_with_the_full_listings(store: &dyn Store) {
         .unwrap();
     assert_eq!(links, store.list_links().await.unwrap(), "tombstones too");
     assert!(store.get_links(&ids(&["l-9"])).await.unwrap().is_empty());
+
+    store
+        .end_session("b/n1", ended_session(&all, "b/n1"), DepartureKind::Crash)
+        .await
+        .unwrap();
+    let sessions = store
+        .sessions_of(&ids(&["b/n2", "b/n1", "z/none", "a/n1", "b/n2"]))
+        .await
+        .unwrap();
+    let want: Vec<_> = (all.iter().filter(|n| n.id != "b/n1"))
+        .map(|n| (n.id.clone(), n.session.clone().unwrap()))
+        .collect();
+    assert_eq!(sessions, want, "connected ones by id, each once");
 }

@@ -303,6 +303,23 @@ pub(super) async fn get_many(db: &Db<'_>, ids: &[String]) -> Result<Vec<NodeReco
     query_map(db, SQL, &[&ids], node_from).await
 }
 
+pub(super) async fn sessions_of(
+    db: &Db<'_>,
+    ids: &[String],
+) -> Result<Vec<(String, Session)>, TxError> {
+    const SQL: &str = "SELECT id, session_id, session_generation, session_owner, \
+         session_incarnation, session_state FROM nodes \
+         WHERE id = ANY($1) AND session_id IS NOT NULL ORDER BY id";
+    let rows = query(db, SQL, &[&ids]).await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in &rows {
+        if let Some(session) = session_from(row)? {
+            out.push((row.try_get("id")?, session));
+        }
+    }
+    Ok(out)
+}
+
 pub(super) async fn forget(db: &Db<'_>, node: &str, generation: u64) -> Result<bool, TxError> {
     let Ok(generation) = i64::try_from(generation) else {
         // No record ever had such a generation.

@@ -11,7 +11,7 @@ use super::tx::{Db, Mode, Op, TxError, query_one, relaxed};
 use super::{PgStore, changes, domains, links, nodes, notify, routes, templates, topology};
 use crate::store::model::{
     DepartureKind, DesiredState, Domain, Link, LinkAnswer, Name, NodeRecord, Registration,
-    ReplicaRef, Route, RouteMark, Segment, Template,
+    ReplicaRef, Route, RouteMark, Segment, Session, Template,
 };
 use crate::store::{ChangeSet, SessionStart, Store, StoreError};
 
@@ -185,6 +185,14 @@ impl Store for PgStore {
         self.tx
             .run(statement("get_nodes"), ids, |db, ids| {
                 Box::pin(nodes::get_many(db, ids))
+            })
+            .await
+    }
+
+    async fn sessions_of(&self, ids: &[String]) -> Result<Vec<(String, Session)>, StoreError> {
+        self.tx
+            .run(statement("sessions_of"), ids, |db, ids| {
+                Box::pin(nodes::sessions_of(db, ids))
             })
             .await
     }
