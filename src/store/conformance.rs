@@ -23,7 +23,10 @@ pub use domains::{
     adding_a_domain_again_replaces_its_secret, domains_round_trip_in_name_order,
     removing_a_domain_says_whether_it_existed,
 };
-pub use fresh::{a_fresh_live_link_still_keeps_its_pair_unique, a_wrong_fresh_hint_still_replaces};
+pub use fresh::{
+    a_change_set_larger_than_a_statement_is_written_whole,
+    a_fresh_live_link_still_keeps_its_pair_unique, a_wrong_fresh_hint_still_replaces,
+};
 pub use late::{
     a_late_registration_already_recorded_stands, a_late_registration_never_replaces_a_newer_one,
 };
@@ -78,7 +81,8 @@ macro_rules! store_conformance_tests {
             the_revision_and_3x_details_round_trip,
             a_reregistration_replaces_the_revision,
             a_wrong_fresh_hint_still_replaces,
-            a_fresh_live_link_still_keeps_its_pair_unique
+            a_fresh_live_link_still_keeps_its_pair_unique,
+            a_change_set_larger_than_a_statement_is_written_whole
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use super::rows::{claim_sql, link_columns, link_from, link_status_from, link_status_sql};
-use super::tx::{Db, TxError, execute, insert_else, query, query_map};
+use super::tx::{Db, TxError, WRITE_CHUNK, execute, insert_else, query, query_map};
 use crate::store::model::{Link, LinkAnswer};
 use crate::store::sent_status;
 
@@ -64,6 +64,13 @@ pub(super) async fn put(
 }
 
 async fn write(db: &Db<'_>, sql: &'static str, links: &[&Link]) -> Result<(), TxError> {
+    for chunk in links.chunks(WRITE_CHUNK) {
+        write_chunk(db, sql, chunk).await?;
+    }
+    Ok(())
+}
+
+async fn write_chunk(db: &Db<'_>, sql: &'static str, links: &[&Link]) -> Result<(), TxError> {
     let col = |f: fn(&Link) -> &str| links.iter().map(|l| f(l)).collect::<Vec<&str>>();
     let dest_node: Vec<Option<&str>> = links.iter().map(|l| l.dest_node.as_deref()).collect();
     let status: Vec<&str> = links.iter().map(|l| link_status_sql(l.status)).collect();
