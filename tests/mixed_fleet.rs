@@ -14,9 +14,9 @@ use slim_cp::server::Running;
 use slim_cp::sim::{SimFleet, SimNodeSpec};
 
 /// Group `known3`: 3.x with metadata. Group `plain3`: 3.x without (read
-/// as 2.0.0-alpha.2). Group `v2`: 2.0.0-alpha.2. A link goes from the
-/// earlier-named group of its pair, so `known3` is the source of two links
-/// and `plain3` of one.
+/// as 2.0.0-alpha.2). Group `v2`: 2.0.0-alpha.2. A link between two
+/// unlinked groups goes from the earlier-named one; a group joining
+/// linked groups dials them.
 const GROUPS: [&str; 3] = ["known3", "plain3", "v2"];
 
 fn mk_spec(group: &str, i: usize) -> SimNodeSpec {
@@ -37,6 +37,26 @@ async fn mk_mixed_fleet(cp: &Running) -> SimFleet {
     let fleet = SimFleet::start(&url, specs, fleet_options(1)).expect("fleet starts");
     assert!(
         fleet.wait_all_registered(PATIENCE).await,
+        "lost: {:?}",
+        fleet.lost()
+    );
+    fleet
+}
+
+/// `plain3` and `v2` first, linked (`plain3` dials), then `known3`, which
+/// joins linked groups and so dials both: each 3.x group is the source of
+/// a link, whatever order a burst would have registered them in.
+async fn mk_fleet_known3_last(cp: &Running) -> SimFleet {
+    let specs: Vec<SimNodeSpec> = (2..6).map(|i| mk_spec(GROUPS[i / 2], i)).collect();
+    let url = format!("http://{}", cp.southbound_addr);
+    let mut fleet = SimFleet::start(&url, specs, fleet_options(1)).expect("fleet starts");
+    wait_links(cp, &fleet, 1).await;
+    for i in 0..2 {
+        fleet.spawn(mk_spec(GROUPS[0], i)).expect("known3 starts");
+    }
+    let all = |f: &SimFleet| f.registered_count() == 6;
+    assert!(
+        fleet.wait_until(all, PATIENCE).await,
         "lost: {:?}",
         fleet.lost()
     );
@@ -92,7 +112,7 @@ on_both_backends! {
 /// again.
 async fn restarted_sources_of_both_revisions_get_their_links_back() {
     let cp = mk_cp(mk_links(&[("*", &["*"])])).await;
-    let fleet = mk_mixed_fleet(&cp).await;
+    let fleet = mk_fleet_known3_last(&cp).await;
     let links = wait_links(&cp, &fleet, 3).await;
     announce_and_wait_reachable(&fleet).await;
     let sources: std::collections::BTreeSet<String> =
