@@ -30,16 +30,22 @@ fn mk_spec(group: &str, i: usize) -> SimNodeSpec {
     }
 }
 
+/// The nodes of `indexes` (two per group, in `GROUPS` order), started.
+fn start_nodes(cp: &Running, indexes: std::ops::Range<usize>) -> SimFleet {
+    let specs: Vec<SimNodeSpec> = indexes.map(|i| mk_spec(GROUPS[i / 2], i)).collect();
+    let url = format!("http://{}", cp.southbound_addr);
+    SimFleet::start(&url, specs, fleet_options(1)).expect("fleet starts")
+}
+
+async fn assert_all_registered(fleet: &SimFleet) {
+    let all = fleet.wait_all_registered(PATIENCE).await;
+    assert!(all, "lost: {:?}", fleet.lost());
+}
+
 /// Two nodes per group, all registered.
 async fn mk_mixed_fleet(cp: &Running) -> SimFleet {
-    let specs: Vec<SimNodeSpec> = (0..6).map(|i| mk_spec(GROUPS[i / 2], i)).collect();
-    let url = format!("http://{}", cp.southbound_addr);
-    let fleet = SimFleet::start(&url, specs, fleet_options(1)).expect("fleet starts");
-    assert!(
-        fleet.wait_all_registered(PATIENCE).await,
-        "lost: {:?}",
-        fleet.lost()
-    );
+    let fleet = start_nodes(cp, 0..6);
+    assert_all_registered(&fleet).await;
     fleet
 }
 
@@ -47,19 +53,12 @@ async fn mk_mixed_fleet(cp: &Running) -> SimFleet {
 /// joins linked groups and so dials both: each 3.x group is the source of
 /// a link, whatever order a burst would have registered them in.
 async fn mk_fleet_known3_last(cp: &Running) -> SimFleet {
-    let specs: Vec<SimNodeSpec> = (2..6).map(|i| mk_spec(GROUPS[i / 2], i)).collect();
-    let url = format!("http://{}", cp.southbound_addr);
-    let mut fleet = SimFleet::start(&url, specs, fleet_options(1)).expect("fleet starts");
+    let mut fleet = start_nodes(cp, 2..6);
     wait_links(cp, &fleet, 1).await;
     for i in 0..2 {
         fleet.spawn(mk_spec(GROUPS[0], i)).expect("known3 starts");
     }
-    let all = |f: &SimFleet| f.registered_count() == 6;
-    assert!(
-        fleet.wait_until(all, PATIENCE).await,
-        "lost: {:?}",
-        fleet.lost()
-    );
+    assert_all_registered(&fleet).await;
     fleet
 }
 

@@ -257,14 +257,14 @@ impl Pacing {
             })
         });
         let since = *self.held_since.entry(node.to_string()).or_insert(now);
-        let awaited = !outgoing.is_empty() || awaited_in;
-        let awaited = awaited && since + HOLD_MAX > now;
-        let facts_waiting = facts_waiting && since + FACTS_HOLD_MAX > now;
-        let held = awaited || facts_waiting;
+        let wants_claims = !outgoing.is_empty() || awaited_in;
+        let awaited = wants_claims && since + HOLD_MAX > now;
+        let facts_held = facts_waiting && since + FACTS_HOLD_MAX > now;
+        let held = awaited || facts_held;
         if !held {
             self.held_since.remove(node);
         }
-        if !held && since + HOLD_MAX <= now {
+        if !held && (wants_claims && !awaited || facts_waiting && !facts_held) {
             debug!(node, "released at the cap of its hold");
         }
         if held && !awaited {
@@ -272,7 +272,7 @@ impl Pacing {
         } else {
             self.waiting_for_facts.remove(node);
         }
-        trace!(node, held, outgoing = outgoing.len(), awaited_in, facts_waiting, held_for = ?now - since, "paced");
+        trace!(node, held, outgoing = outgoing.len(), awaited_in, facts_held, held_for = ?now - since, "paced");
         held
     }
 

@@ -60,7 +60,6 @@ impl<'a> Db<'a> {
 /// What an operation's body returns.
 pub(super) type TxFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, TxError>> + Send + 'a>>;
 
-/// Attempts per call when the database asks for a rerun (40001, 40P01).
 /// Rows per statement of a bulk write. A statement's parameters are
 /// encoded whole, twice over (the statement's buffer, the connection's):
 /// the first derivation at 10,000 nodes wrote 19,800 routes as 4.3 MB,
@@ -68,6 +67,7 @@ pub(super) type TxFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, TxError>
 /// two copies stay near 1 MB; at 1,000 nodes no write is split.
 pub(super) const WRITE_CHUNK: usize = 5000;
 
+/// Attempts per call when the database asks for a rerun (40001, 40P01).
 const MAX_ATTEMPTS: u32 = 5;
 /// First pause before a rerun; doubled each time, jittered by ±50 %.
 const FIRST_PAUSE: Duration = Duration::from_millis(10);
