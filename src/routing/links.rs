@@ -418,6 +418,13 @@ fn revise<'s>(
     let changed = if src.holds(&l.source_node) {
         settle_claim(ctx, &dst, &mut link, out)
     } else {
+        // Moved, the link is unclaimed and dialled anew: a claimed
+        // destination kept through its grace cannot take the new
+        // connection unless it is ready at the link's endpoint (left for
+        // the next derivation to judge, nothing would make it look).
+        if !dst.serves(&l.dest_endpoint) {
+            return Err(DEPARTED.to_string());
+        }
         move_source(&src, &dst, link.to_mut(), gateways, out)?;
         true
     };
