@@ -6,6 +6,7 @@ pub mod backoff;
 pub mod db_clock;
 pub mod derive;
 pub mod diff;
+pub mod involved;
 pub mod leader;
 pub mod lifecycle;
 pub mod node;

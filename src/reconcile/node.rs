@@ -10,6 +10,7 @@ use std::time::Duration;
 use tracing::{debug, info, warn};
 
 use super::diff::{self, Live, Step};
+use super::involved::Involved;
 use super::queue::{Outcome, WorkQueue};
 use super::stranded::{self, Stranded};
 use super::working::LinkWrites;
@@ -17,7 +18,7 @@ use crate::cluster::LeaderToken;
 use crate::names;
 use crate::ops::Metrics;
 use crate::proto::sb;
-use crate::store::model::{Link, LinkAnswer, RouteMark, RouteStatus};
+use crate::store::model::{Link, LinkAnswer, Route, RouteMark, RouteStatus};
 use crate::store::{Store, StoreError};
 use crate::transport::{Target, Transport, TransportError};
 
@@ -34,6 +35,8 @@ pub struct Reconciler {
     pub store: Arc<dyn Store>,
     /// Where the links it writes are named for the leader's working state.
     pub link_writes: Arc<LinkWrites>,
+    /// Nodes with no desired state, whose reconcile reads nothing.
+    pub involved: Arc<Involved>,
     pub transport: Arc<Transport>,
     /// The term the commands are issued under.
     pub token: LeaderToken,
@@ -111,7 +114,7 @@ impl Reconciler {
         let t0 = tokio::time::Instant::now();
         // The node's tables and the desired state are independent: one
         // round trip's wait (the longer of the two), not two in a row.
-        let (looked, desired) = tokio::join!(self.look(node), self.store.reconcile_view(node));
+        let (looked, desired) = tokio::join!(self.look(node), self.desired(node));
         let (target, conns, live_routes) = match looked {
             Ok(found) => found,
             // Not connected anywhere: its next registration enqueues it.
@@ -144,13 +147,13 @@ impl Reconciler {
                 message: String::new(),
             })
             .collect();
-        // Routes the node already holds, tombstones it no longer does.
-        let noted = self
-            .store
-            .record_acknowledgement(node, &[], &already, &step.gone)
-            .await;
-        self.link_writes.wrote(&step.gone);
-        noted?;
+        // Routes the node already holds, tombstones it no longer does:
+        // recorded with the command's answers (one write, not two), or
+        // alone when there is no command.
+        let seen = Seen {
+            marks: already,
+            gone: std::mem::take(&mut step.gone),
+        };
         if step.has_command() {
             let ack = self
                 .transport
@@ -159,8 +162,15 @@ impl Reconciler {
             let t3 = t0.elapsed();
             self.strand(node, &links, &stranded::refused_removals(&step, &ack))
                 .await;
-            self.record(node, &step, &ack, &links, &again).await?;
+            self.record(node, &step, &ack, seen, &links, &again).await?;
             debug!(node, looked = ?t2, commanded = ?t3, total = ?t0.elapsed(), "reconciled with a command");
+        } else {
+            let noted = self
+                .store
+                .record_acknowledgement(node, &[], &seen.marks, &seen.gone)
+                .await;
+            self.link_writes.wrote(&seen.gone);
+            noted?;
         }
         Ok(if !step.dropping.is_empty() {
             Outcome::RequeueAfter(RECREATE_AFTER)
@@ -169,6 +179,15 @@ impl Reconciler {
         } else {
             Outcome::Done
         })
+    }
+
+    /// The links touching `node` and the routes it sources; none, without
+    /// asking the store, for a node the leader knows has none.
+    async fn desired(&self, node: &str) -> Result<(Vec<Link>, Vec<Route>), StoreError> {
+        if self.involved.surely_bare(node) {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        self.store.reconcile_view(node).await
     }
 
     /// The links of another source whose outgoing connection the node
@@ -281,23 +300,27 @@ impl Reconciler {
         }
     }
 
-    /// Records the node's per-item answers, all at once; any failure
-    /// makes the whole step fail so the queue retries with backoff.
+    /// Records the node's per-item answers with what was `seen` before
+    /// the command, all at once; any failure makes the whole step fail so
+    /// the queue retries with backoff.
     async fn record(
         &self,
         node: &str,
         step: &Step,
         ack: &sb::ConfigurationCommandAck,
+        seen: Seen,
         links: &[Link],
         again: &[String],
     ) -> Result<(), ReconcileError> {
         let mut failures = Vec::new();
-        let (answers, gone) = link_answers(step, ack, &mut failures);
+        let (answers, acked_gone) = link_answers(step, ack, &mut failures);
         self.recreated(node, &answers, links, again);
-        for l in &gone {
+        for l in &acked_gone {
             self.stranded.clear(l);
         }
-        let marks = route_marks(step, ack, &mut failures);
+        let (mut marks, mut gone) = (seen.marks, seen.gone);
+        marks.extend(route_marks(step, ack, &mut failures));
+        gone.extend(acked_gone);
         let recorded = self
             .store
             .record_acknowledgement(node, &answers, &marks, &gone)
@@ -311,6 +334,13 @@ impl Reconciler {
             false => Err(ReconcileError::Refused(failures.join("; "))),
         }
     }
+}
+
+/// What a reconcile saw on the node before its command: routes already
+/// there, tombstones no longer there.
+struct Seen {
+    marks: Vec<RouteMark>,
+    gone: Vec<String>,
 }
 
 fn outcome_label(o: Outcome) -> &'static str {

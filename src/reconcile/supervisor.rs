@@ -120,9 +120,11 @@ fn start_term(
     let store = (parts.fenced)(token.epoch());
     let queue = Arc::new(WorkQueue::new(QueueConfig::from(&parts.reconciler)));
     let link_writes = Arc::new(LinkWrites::default());
+    let state = WorkingState::new(link_writes.clone());
     let reconciler = Arc::new(Reconciler {
         store: store.clone(),
-        link_writes: link_writes.clone(),
+        link_writes,
+        involved: state.involved(),
         transport: parts.transport.clone(),
         token: token.clone(),
         orphan_detection: parts.reconciler.enable_orphan_detection,
@@ -145,7 +147,7 @@ fn start_term(
     };
     let leader = Leader::new(
         store,
-        WorkingState::new(link_writes),
+        state,
         parts.inbox.clone(),
         queue.clone(),
         parts.topology.clone(),

@@ -16,12 +16,13 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use super::db_clock::DbClock;
+use super::involved::Involved;
 use crate::routing::fleet::Fleet;
 use crate::routing::stored::StoredRoutes;
 use crate::routing::templates::{Announcements, judged_again_at};
 use crate::routing::topology::SegmentGraph;
 use crate::routing::trees::Trees;
-use crate::store::model::{Link, Name, NodeRecord, Segment, Template, edge};
+use crate::store::model::{Link, LinkState, Name, NodeRecord, Segment, Template, edge};
 use crate::store::{ChangeSet, Fresh, Store, StoreError};
 
 /// Links a reconciler wrote (an answer, a forgotten tombstone): the leader
@@ -113,6 +114,8 @@ pub struct WorkingState {
     /// them (a consumed claim, dropped announcements).
     stale: BTreeSet<String>,
     link_writes: Arc<LinkWrites>,
+    /// The nodes the rows name, for reconcilers (see [`Involved`]).
+    involved: Arc<Involved>,
     dirty: Dirty,
     /// Nodes that time alone will judge anew, by when (see
     /// [`judged_again_at`]); the deadlines up to `derived_at` were taken.
@@ -129,6 +132,7 @@ impl WorkingState {
             clock: DbClock::default(),
             stale: BTreeSet::new(),
             link_writes,
+            involved: Arc::default(),
             dirty: Dirty::default(),
             timed: BTreeSet::new(),
             deadline_of: HashMap::new(),
@@ -137,8 +141,14 @@ impl WorkingState {
         }
     }
 
+    /// Which nodes have rows, as this state knows, for the reconcilers.
+    pub fn involved(&self) -> Arc<Involved> {
+        self.involved.clone()
+    }
+
     /// The next look reads everything again, the clock included.
     pub fn invalidate(&mut self) {
+        self.involved.forget();
         self.rows = None;
         self.clock.forget();
         self.stale.clear();
@@ -183,10 +193,15 @@ impl WorkingState {
         let read = tokio::try_join!(
             store.get_nodes(&wanted),
             store.templates_of(&wanted),
-            store.get_links(&written)
+            store.link_states(&written)
         );
-        let (mut fresh_nodes, mut fresh_templates, fresh_links) = self.unless_failed(read)?;
-        self.merge_links(&written, fresh_links);
+        let (mut fresh_nodes, mut fresh_templates, states) = self.unless_failed(read)?;
+        let unknown = self.merge_link_states(&written, states);
+        if !unknown.is_empty() {
+            let read = store.get_links(&unknown).await;
+            let links = self.unless_failed(read)?;
+            self.merge_links(&unknown, links);
+        }
         // A claim is made under the sessions its rows hold, so the source
         // of every claim read must be read in the same snapshot or a later
         // one: a claim fact comes from a connection the source dialed
@@ -251,6 +266,7 @@ impl WorkingState {
         self.timed.clear();
         self.deadline_of.clear();
         let nodes: Vec<String> = rows.nodes.iter().map(|n| n.id.clone()).collect();
+        self.involved.rebuild(&rows);
         self.rows = Some(rows);
         nodes.iter().for_each(|n| self.judge_time(n));
         self.dirty.full = true;
@@ -286,6 +302,37 @@ impl WorkingState {
         ids.iter().for_each(|id| self.judge_time(id));
     }
 
+    /// Brings the links named in `ids` to their `fresh` states (a link
+    /// missing from them is gone). A reconciler changes nothing else of a
+    /// link, so the rest of the row is this state's own. Returns the ids
+    /// this state does not hold but the store does: they are read whole.
+    fn merge_link_states(&mut self, ids: &[String], fresh: Vec<LinkState>) -> Vec<String> {
+        let Some(rows) = self.rows.as_mut() else {
+            return Vec::new();
+        };
+        let mut fresh: HashMap<String, LinkState> =
+            fresh.into_iter().map(|s| (s.link_id.clone(), s)).collect();
+        let asked: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
+        rows.links.retain_mut(|l| {
+            if !asked.contains(l.link_id.as_str()) {
+                return true;
+            }
+            self.dirty
+                .pairs
+                .insert(edge(&l.source_group, &l.dest_group));
+            let Some(state) = fresh.remove(&l.link_id) else {
+                return false;
+            };
+            l.status = state.status;
+            l.status_msg = state.status_msg;
+            l.updated_at = state.updated_at;
+            true
+        });
+        let mut unknown: Vec<String> = fresh.into_keys().collect();
+        unknown.sort();
+        unknown
+    }
+
     /// Replaces the links named in `ids` with their `fresh` versions.
     fn merge_links(&mut self, ids: &[String], fresh: Vec<Link>) {
         let Some(rows) = self.rows.as_mut() else {
@@ -302,6 +349,7 @@ impl WorkingState {
                 .insert(edge(&l.source_group, &l.dest_group));
         }
         rows.links.retain(|l| !asked.contains(l.link_id.as_str()));
+        self.involved.extend_links(&fresh);
         for l in fresh {
             self.dirty
                 .pairs
@@ -421,6 +469,7 @@ impl WorkingState {
         mut changes: ChangeSet,
     ) -> Result<(), StoreError> {
         changes.fresh = self.fresh(&changes);
+        self.involved.extend(&changes);
         // Applied here first, so that the store can take the change set
         // rather than a copy (the first derivation's is the fleet's every
         // link and route); undone by the reload if the write fails.

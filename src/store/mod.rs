@@ -247,6 +247,14 @@ pub trait Store: Send + Sync + 'static {
     /// by `link_id` (each once).
     async fn get_links(&self, ids: &[String]) -> Result<Vec<Link>, StoreError>;
 
+    /// The status part ([`model::LinkState`]) of the links named in `ids`
+    /// that exist, ordered by `link_id` (each once): what a reconciler's
+    /// write can have changed, without the configuration.
+    async fn link_states(&self, ids: &[String]) -> Result<Vec<model::LinkState>, StoreError> {
+        let links = self.get_links(ids).await?;
+        Ok(links.iter().map(model::LinkState::from).collect())
+    }
+
     /// Inserts or replaces the route with the same `id`.
     async fn put_route(&self, route: Route) -> Result<(), StoreError>;
 

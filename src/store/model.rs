@@ -228,6 +228,27 @@ pub struct Link {
     pub claim: Option<Claim>,
 }
 
+/// What a reconciler changes of a link when it records its source's
+/// answer: the leader re-reads only this of the links reconcilers wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkState {
+    pub link_id: String,
+    pub status: LinkStatus,
+    pub status_msg: String,
+    pub updated_at: i64,
+}
+
+impl From<&Link> for LinkState {
+    fn from(l: &Link) -> Self {
+        LinkState {
+            link_id: l.link_id.clone(),
+            status: l.status,
+            status_msg: l.status_msg.clone(),
+            updated_at: l.updated_at,
+        }
+    }
+}
+
 /// Route lifecycle, as the northbound API reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RouteStatus {

@@ -3,7 +3,7 @@
 
 use super::{mk_link, mk_name, start};
 use crate::store::Store;
-use crate::store::model::{DepartureKind, NodeRecord};
+use crate::store::model::{DepartureKind, LinkAnswer, LinkState, LinkStatus, NodeRecord};
 
 /// The id of `node`'s session among `records`.
 fn ended_session(records: &[NodeRecord], node: &str) -> uuid::Uuid {
@@ -46,6 +46,24 @@ pub async fn partial_reads_agree_with_the_full_listings(store: &dyn Store) {
         .unwrap();
     assert_eq!(links, store.list_links().await.unwrap(), "tombstones too");
     assert!(store.get_links(&ids(&["l-9"])).await.unwrap().is_empty());
+    let refused = LinkAnswer {
+        link_id: "l-1".into(),
+        ok: false,
+        message: "refused".into(),
+    };
+    store.mark_links_sent("a/n1", &[refused]).await.unwrap();
+    let states = store
+        .link_states(&ids(&["l-2", "l-9", "l-1", "l-2"]))
+        .await
+        .unwrap();
+    let listed = store.list_links().await.unwrap();
+    let want: Vec<LinkState> = listed.iter().map(LinkState::from).collect();
+    assert_eq!(states, want, "the status part, by id, each once");
+    assert_eq!(
+        (states[0].status, states[0].status_msg.as_str()),
+        (LinkStatus::Failed, "refused"),
+        "as the answer left it"
+    );
 
     store
         .end_session("b/n1", ended_session(&all, "b/n1"), DepartureKind::Crash)

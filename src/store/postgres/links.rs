@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use super::rows::{claim_sql, link_columns, link_from, link_status_from, link_status_sql};
 use super::tx::{Db, TxError, WRITE_CHUNK, execute, insert_else, query, query_map};
-use crate::store::model::{Link, LinkAnswer};
+use crate::store::model::{Link, LinkAnswer, LinkState};
 use crate::store::sent_status;
 
 /// The insert of the rows `$1..$13` hold, in their order, without a
@@ -125,6 +125,21 @@ pub(super) async fn get_many(db: &Db<'_>, ids: &[String]) -> Result<Vec<Link>, T
         " FROM links WHERE link_id = ANY($1) ORDER BY link_id"
     );
     query_map(db, SQL, &[&ids], link_from).await
+}
+
+pub(super) async fn states(db: &Db<'_>, ids: &[String]) -> Result<Vec<LinkState>, TxError> {
+    const SQL: &str = "SELECT link_id, status, status_msg, \
+         floor(extract(epoch FROM updated_at))::bigint AS updated_ts \
+         FROM links WHERE link_id = ANY($1) ORDER BY link_id";
+    query_map(db, SQL, &[&ids], |row| {
+        Ok(LinkState {
+            link_id: row.try_get("link_id")?,
+            status: link_status_from(row.try_get("status")?)?,
+            status_msg: row.try_get("status_msg")?,
+            updated_at: row.try_get("updated_ts")?,
+        })
+    })
+    .await
 }
 
 pub(super) async fn touching(db: &Db<'_>, node: &str) -> Result<Vec<Link>, TxError> {

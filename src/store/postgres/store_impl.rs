@@ -10,8 +10,8 @@ use uuid::Uuid;
 use super::tx::{Db, Mode, Op, TxError, query_one, relaxed};
 use super::{PgStore, changes, domains, links, nodes, notify, routes, templates, topology};
 use crate::store::model::{
-    DepartureKind, DesiredState, Domain, Link, LinkAnswer, Name, NodeRecord, Registration,
-    ReplicaRef, Route, RouteMark, Segment, Session, Template,
+    DepartureKind, DesiredState, Domain, Link, LinkAnswer, LinkState, Name, NodeRecord,
+    Registration, ReplicaRef, Route, RouteMark, Segment, Session, Template,
 };
 use crate::store::{ChangeSet, SessionStart, Store, StoreError};
 
@@ -269,6 +269,14 @@ impl Store for PgStore {
             .await
     }
 
+    async fn link_states(&self, ids: &[String]) -> Result<Vec<LinkState>, StoreError> {
+        self.tx
+            .run(statement("link_states"), ids, |db, ids| {
+                Box::pin(links::states(db, ids))
+            })
+            .await
+    }
+
     async fn put_route(&self, route: Route) -> Result<(), StoreError> {
         self.tx
             .run(self.derive("put_route"), route, |db, r| {
@@ -458,14 +466,22 @@ impl Store for PgStore {
                 self.derive("record_acknowledgement"),
                 args,
                 |db, (s, a, m, f)| {
+                    // The three go out together: they touch different
+                    // rows, and each waits only for its own answers.
                     Box::pin(relaxed(db, async move {
-                        if !a.is_empty() {
-                            links::mark_sent(db, s, a).await?;
-                        }
-                        if !m.is_empty() {
-                            routes::mark(db, m).await?;
-                        }
-                        links::delete(db, f).await?;
+                        let sent = async {
+                            match a.is_empty() {
+                                true => Ok(0),
+                                false => links::mark_sent(db, s, a).await,
+                            }
+                        };
+                        let marked = async {
+                            match m.is_empty() {
+                                true => Ok(0),
+                                false => routes::mark(db, m).await,
+                            }
+                        };
+                        tokio::try_join!(sent, marked, links::delete(db, f))?;
                         Ok(())
                     }))
                 },

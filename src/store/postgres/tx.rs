@@ -17,13 +17,14 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use deadpool_postgres::{Object, Pool, PoolError, StatementCache};
 use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, IsolationLevel, Row, Statement};
+use tokio_postgres::{Client, Row, Statement};
 
 use super::metrics::{Metrics, Outcome};
 use crate::store::StoreError;
@@ -42,13 +43,6 @@ impl<'a> Db<'a> {
         Db {
             client,
             statements: &client.statement_cache,
-        }
-    }
-
-    fn within(tx: &'a deadpool_postgres::Transaction<'_>) -> Self {
-        Db {
-            client: tx.client(),
-            statements: &tx.statement_cache,
         }
     }
 
@@ -198,47 +192,145 @@ impl Tx {
     where
         F: for<'a> Fn(&'a Db<'_>, &'a A) -> TxFuture<'a, T>,
     {
-        let mut client = self.pool.get().await.map_err(TxError::Pool)?;
+        let pooled = self.pool.get().await.map_err(TxError::Pool)?;
+        let conn = Checkout::new(pooled);
         let work = async {
-            if op.mode == Mode::Statement {
-                return body(&Db::bare(&client), args).await;
+            let db = Db::bare(conn.client());
+            match op.mode {
+                Mode::Statement => body(&db, args).await,
+                _ => conn.transaction(op.mode, &db, body(&db, args)).await,
             }
-            let tx = client
-                .build_transaction()
-                .isolation_level(op.mode.isolation())
-                .read_only(op.mode == Mode::Read)
-                .start()
-                .await?;
-            let db = Db::within(&tx);
-            let value = match op.mode {
-                Mode::Derive(Some(epoch)) => fenced(&db, epoch, body(&db, args)).await?,
-                _ => body(&db, args).await?,
-            };
-            tx.commit().await?;
-            Ok(value)
         };
         match tokio::time::timeout(ATTEMPT_TIMEOUT, work).await {
             Ok(result) => {
                 if op.bulk {
-                    drop(Object::take(client));
+                    conn.discard();
                 }
                 result
             }
             Err(_) => {
                 // The connection is mid-conversation with a server that went
                 // silent: never hand it to another caller.
-                drop(Object::take(client));
+                conn.discard();
                 Err(TxError::TimedOut)
             }
         }
     }
 }
 
+/// A pooled connection that goes back to the pool only outside a
+/// transaction. One given up inside a transaction (its caller's future
+/// was dropped) is rolled back first, off the caller's task, and closed
+/// if that fails: a connection left inside a transaction would hold its
+/// locks, and its next caller's work would join it. It is not simply
+/// closed: callers give up while the database is unreachable, and a
+/// connection that lives through the outage is back at once with the
+/// path, where a new one waits on its dial's retries.
+struct Checkout {
+    client: Option<Object>,
+    in_transaction: AtomicBool,
+}
+
+impl Checkout {
+    fn new(client: Object) -> Self {
+        Self {
+            client: Some(client),
+            in_transaction: AtomicBool::new(false),
+        }
+    }
+
+    fn client(&self) -> &deadpool_postgres::ClientWrapper {
+        self.client
+            .as_deref()
+            .expect("a checkout holds its client until dropped")
+    }
+
+    /// Closes the connection rather than pooling it.
+    fn discard(mut self) {
+        if let Some(client) = self.client.take() {
+            drop(Object::take(client));
+        }
+    }
+
+    /// Runs `body` in a transaction of `mode`. For the leader's work and
+    /// reads BEGIN is not waited for: it goes out with the body's first
+    /// statements, which the server runs after it (a round trip saved on
+    /// each of a reconcile's records and a derivation's writes). Facts
+    /// and operator writes wait for it: pipelined, the facts a node flood
+    /// had queued while the database path was black-holed drained 20 s
+    /// after the path came back instead of 7 (`tests/bounded.rs`), for a
+    /// reason not found yet. Whatever fails, the transaction is rolled
+    /// back before the connection is pooled again.
+    async fn transaction<T>(
+        &self,
+        mode: Mode,
+        db: &Db<'_>,
+        body: TxFuture<'_, T>,
+    ) -> Result<T, TxError> {
+        let client = self.client();
+        self.in_transaction.store(true, Ordering::Relaxed);
+        let begin = async { Ok(client.batch_execute(mode.begin()).await?) };
+        let run = async {
+            match mode {
+                Mode::Derive(Some(epoch)) => fenced(db, epoch, body).await,
+                _ => body.await,
+            }
+        };
+        let outcome = match mode {
+            Mode::Write => match begin.await {
+                Ok(()) => run.await.map(|v| ((), v)),
+                Err(e) => Err(e),
+            },
+            _ => tokio::try_join!(biased; begin, run),
+        };
+        let end = if outcome.is_ok() {
+            "COMMIT"
+        } else {
+            "ROLLBACK"
+        };
+        let ended = client.batch_execute(end).await;
+        // A failed COMMIT ends the transaction too; a failed ROLLBACK
+        // leaves the connection in doubt, and it is closed.
+        if ended.is_ok() || end == "COMMIT" {
+            self.in_transaction.store(false, Ordering::Relaxed);
+        }
+        let ((), value) = outcome?;
+        ended?;
+        Ok(value)
+    }
+}
+
+impl Drop for Checkout {
+    fn drop(&mut self) {
+        if !self.in_transaction.load(Ordering::Relaxed) {
+            return;
+        }
+        let Some(client) = self.client.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            drop(Object::take(client));
+            return;
+        };
+        runtime.spawn(async move {
+            let rollback = client.batch_execute("ROLLBACK");
+            if !matches!(
+                tokio::time::timeout(ATTEMPT_TIMEOUT, rollback).await,
+                Ok(Ok(()))
+            ) {
+                drop(Object::take(client));
+            }
+        });
+    }
+}
+
 impl Mode {
-    fn isolation(self) -> IsolationLevel {
+    /// The statement that opens a transaction of this mode. Writes run
+    /// READ COMMITTED, reads REPEATABLE READ READ ONLY (see above).
+    fn begin(self) -> &'static str {
         match self {
-            Mode::Read | Mode::Statement => IsolationLevel::RepeatableRead,
-            Mode::Write | Mode::Derive(_) => IsolationLevel::ReadCommitted,
+            Mode::Read | Mode::Statement => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+            Mode::Write | Mode::Derive(_) => "BEGIN ISOLATION LEVEL READ COMMITTED",
         }
     }
 }
