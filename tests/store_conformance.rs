@@ -234,22 +234,47 @@ mod postgres_backend {
         assert_eq!(routes[0].status, RouteStatus::Applied, "nothing written");
     }
 
-    /// A source's answer meets a link the leader is claiming at that
-    /// moment: the record waits for the claim's row lock and applies the
-    /// status rule to what the claim left (Applied stays Applied), not to
-    /// the Pending it would have read before the lock.
-    #[tokio::test]
-    async fn pg_an_answer_waits_for_a_concurrent_claim_and_keeps_it() {
-        let db = fresh_pg_db().await;
+    /// How many backends of `db` a query of `pg_stat_activity` counts
+    /// (`where` filters them).
+    async fn backends(watcher: &tokio_postgres::Client, db: &PgTestDb, filter: &str) -> i64 {
+        let sql = format!("SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND {filter}");
+        let row = watcher.query_one(&sql, &[&db.name()]).await.unwrap();
+        row.get(0)
+    }
+
+    /// Polls until `filter` counts `want` backends of `db`, for at most
+    /// `patience`.
+    async fn until_backends(db: &PgTestDb, filter: &str, want: i64, patience: Duration) {
+        let watcher = db.client().await;
+        let deadline = Instant::now() + patience;
+        loop {
+            let n = backends(&watcher, db, filter).await;
+            if n == want {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{n} backends where {filter}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    const LOCK_WAITS: &str = "wait_event_type = 'Lock'";
+
+    /// A transaction of the test's own that set link `l-1` (sourced at
+    /// `a/n1`) to `status` and holds its row lock, and that source's
+    /// success answer for it, recorded in a task and waiting on the lock.
+    async fn answer_behind_a_lock(
+        db: &PgTestDb,
+        status: &str,
+    ) -> (
+        tokio_postgres::Client,
+        tokio::task::JoinHandle<Result<(), StoreError>>,
+    ) {
         db.put_link(mk_link("l-1", "a/n1", ("a", "b"), false))
             .await
             .unwrap();
-        let mut claimer = db.client().await;
-        let claim = claimer.transaction().await.unwrap();
-        claim
-            .batch_execute("UPDATE links SET status = 'applied' WHERE link_id = 'l-1'")
-            .await
-            .unwrap();
+        let holder = db.client().await;
+        let hold = format!("BEGIN; UPDATE links SET status = '{status}' WHERE link_id = 'l-1'");
+        holder.batch_execute(&hold).await.unwrap();
         let store = db.store();
         let answer = tokio::spawn(async move {
             let ok = [LinkAnswer {
@@ -259,19 +284,19 @@ mod postgres_backend {
             }];
             store.record_acknowledgement("a/n1", &ok, &[], &[]).await
         });
-        // The answer's statement is waiting on the claim's row lock.
-        let watcher = db.client().await;
-        let waiting = "SELECT count(*) FROM pg_stat_activity              WHERE datname = $1 AND wait_event_type = 'Lock'";
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let row = watcher.query_one(waiting, &[&db.name()]).await.unwrap();
-            if row.get::<_, i64>(0) == 1 {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the answer never waited");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        claim.commit().await.unwrap();
+        until_backends(db, LOCK_WAITS, 1, Duration::from_secs(30)).await;
+        (holder, answer)
+    }
+
+    /// A source's answer meets a link the leader is claiming at that
+    /// moment: the record waits for the claim's row lock and applies the
+    /// status rule to what the claim left (Applied stays Applied), not to
+    /// the Pending it would have read before the lock.
+    #[tokio::test]
+    async fn pg_an_answer_waits_for_a_concurrent_claim_and_keeps_it() {
+        let db = fresh_pg_db().await;
+        let (claim, answer) = answer_behind_a_lock(&db, "applied").await;
+        claim.batch_execute("COMMIT").await.unwrap();
         answer.await.unwrap().expect("recorded");
         let links = db.list_links().await.unwrap();
         assert_eq!(links[0].status, LinkStatus::Applied, "{links:?}");
@@ -283,55 +308,16 @@ mod postgres_backend {
     #[tokio::test]
     async fn pg_a_write_given_up_mid_transaction_leaves_nothing_behind() {
         let db = fresh_pg_db().await;
-        db.put_link(mk_link("l-1", "a/n1", ("a", "b"), false))
-            .await
-            .unwrap();
-        let mut holder = db.client().await;
-        let held = holder.transaction().await.unwrap();
-        held.batch_execute("UPDATE links SET status = 'failed' WHERE link_id = 'l-1'")
-            .await
-            .unwrap();
-        let store = db.store();
-        let answer = tokio::spawn(async move {
-            let ok = [LinkAnswer {
-                link_id: "l-1".into(),
-                ok: true,
-                message: String::new(),
-            }];
-            store.record_acknowledgement("a/n1", &ok, &[], &[]).await
-        });
-        let watcher = db.client().await;
-        let count = |sql: &'static str| {
-            let (watcher, name) = (&watcher, db.name().to_string());
-            async move {
-                let row = watcher.query_one(sql, &[&name]).await.unwrap();
-                row.get::<_, i64>(0)
-            }
-        };
-        let waiting = "SELECT count(*) FROM pg_stat_activity \
-             WHERE datname = $1 AND wait_event_type = 'Lock'";
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while count(waiting).await != 1 {
-            assert!(Instant::now() < deadline, "the write never waited");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let (holder, answer) = answer_behind_a_lock(&db, "failed").await;
         answer.abort();
         assert!(answer.await.unwrap_err().is_cancelled());
-        held.commit().await.unwrap();
+        holder.batch_execute("COMMIT").await.unwrap();
         // Once the lock is free, the given-up statement runs out and its
         // backend must not stay inside its transaction. The server ends
         // such a session itself after 30 s (the idle-in-transaction
         // timeout slim-cp sets): the wait is bounded well below that.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let stuck = "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 \
-             AND (state LIKE 'idle in transaction%' OR wait_event_type = 'Lock')";
-        while count(stuck).await != 0 {
-            assert!(
-                Instant::now() < deadline,
-                "a connection stayed in its transaction"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let stuck = "(state LIKE 'idle in transaction%' OR wait_event_type = 'Lock')";
+        until_backends(&db, stuck, 0, Duration::from_secs(10)).await;
         let links = db.list_links().await.expect("the store still works");
         assert_eq!(
             links[0].status,
