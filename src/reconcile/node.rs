@@ -35,7 +35,8 @@ pub struct Reconciler {
     pub store: Arc<dyn Store>,
     /// Where the links it writes are named for the leader's working state.
     pub link_writes: Arc<LinkWrites>,
-    /// Nodes with no desired state, whose reconcile reads nothing.
+    /// Which nodes have desired state: a reconcile of any other node
+    /// reads nothing from the store.
     pub involved: Arc<Involved>,
     pub transport: Arc<Transport>,
     /// The term the commands are issued under.
