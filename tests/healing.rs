@@ -14,7 +14,7 @@ use common::scenario::{
 use common::{wait_count, wait_for};
 use slim_cp::server::Running;
 use slim_cp::sim::SimFleet;
-use slim_cp::store::model::Link;
+use slim_cp::store::model::{Link, RouteMark, RouteStatus};
 
 const MESH: &[(&str, &[&str])] = &[("*", &["*"])];
 
@@ -142,6 +142,34 @@ async fn a_source_never_dials_a_destination_that_has_no_session() {
         0,
         "the source was asked to dial the dead gateway"
     );
+}
+}
+
+on_both_backends! {
+/// Scenario: the store no longer knows that a gateway holds a route (its
+/// status is Pending again, as when a database crash loses a record's
+/// asynchronous commit), and the gateway's next reconcile sends a command
+/// for a new name. The route it already holds is recorded Applied with
+/// that command's answers, in the same write.
+async fn a_route_already_held_is_recorded_with_the_next_commands_answers() {
+    let (cp, fleet, _) = two_groups(1, 1).await;
+    let announcer = fleet.node("b/n0").unwrap();
+    announcer.announce(["org", "ns", "app"]).unwrap();
+    wait_routes(&cp, &fleet, "app", &["a/n0"]).await;
+    let forgotten: Vec<RouteMark> = (cp.store.list_routes().await.unwrap().into_iter())
+        .map(|r| RouteMark {
+            id: r.id,
+            status: RouteStatus::Pending,
+            message: String::new(),
+        })
+        .collect();
+    assert_eq!(forgotten.len(), 1);
+    cp.store.mark_routes(&forgotten).await.unwrap();
+    announcer.announce(["org", "ns", "more"]).unwrap();
+    wait_routes(&cp, &fleet, "more", &["a/n0"]).await;
+    let routes = cp.store.list_routes().await.unwrap();
+    let app = routes.iter().find(|r| r.id == forgotten[0].id).unwrap();
+    assert_eq!(app.status, RouteStatus::Applied, "{routes:?}");
 }
 }
 
