@@ -273,6 +273,15 @@ impl World {
             .map_err(fail)?;
         let full = Rows::load(store.as_ref()).await.map_err(fail)?;
         prop_assert_eq!(self.state.rows(), Some(&full));
+        // Every node the rows name has desired state for the reconcilers.
+        let involved = self.state.involved();
+        let link_ends = full
+            .links
+            .iter()
+            .flat_map(|l| std::iter::once(l.source_node.as_str()).chain(l.dest_node.as_deref()));
+        for n in link_ends.chain(full.routes.iter().map(|(_, source)| source)) {
+            prop_assert!(!involved.surely_bare(n), "{n} has rows but reads as bare");
+        }
         Ok(())
     }
 

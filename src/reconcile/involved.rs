@@ -23,6 +23,7 @@ use std::sync::RwLock;
 
 use super::working::Rows;
 use crate::store::ChangeSet;
+use crate::store::model::Link;
 
 #[derive(Default)]
 pub struct Involved(RwLock<Option<HashSet<String>>>);
@@ -42,39 +43,45 @@ impl Involved {
     /// The nodes `rows` name, and only those.
     pub(super) fn rebuild(&self, rows: &Rows) {
         let mut set = HashSet::new();
-        for l in &rows.links {
-            set.insert(l.source_node.clone());
-            set.extend(l.dest_node.clone());
+        for n in rows.links.iter().flat_map(ends) {
+            insert(&mut set, n);
         }
-        set.extend(rows.routes.iter().map(|(_, source)| source.to_string()));
+        for (_, source) in rows.routes.iter() {
+            insert(&mut set, source);
+        }
         *self.0.write().unwrap_or_else(|p| p.into_inner()) = Some(set);
     }
 
     /// Adds the nodes `changes` writes rows for.
     pub(super) fn extend(&self, changes: &ChangeSet) {
-        let links = changes.put_links.iter();
-        let ends = links.flat_map(|l| std::iter::once(&l.source_node).chain(&l.dest_node));
-        let sources = changes.put_routes.iter().map(|r| &r.source_node);
-        self.add(ends.chain(sources));
+        let links = changes.put_links.iter().flat_map(ends);
+        let sources = changes.put_routes.iter().map(|r| r.source_node.as_str());
+        self.add(links.chain(sources));
     }
 
     /// Adds the nodes `links` touch.
-    pub(super) fn extend_links(&self, links: &[crate::store::model::Link]) {
-        let ends = links
-            .iter()
-            .flat_map(|l| std::iter::once(&l.source_node).chain(&l.dest_node));
-        self.add(ends);
+    pub(super) fn extend_links(&self, links: &[Link]) {
+        self.add(links.iter().flat_map(ends));
     }
 
-    fn add<'a>(&self, nodes: impl Iterator<Item = &'a String>) {
+    fn add<'a>(&self, nodes: impl Iterator<Item = &'a str>) {
         let mut known = self.0.write().unwrap_or_else(|p| p.into_inner());
         if let Some(set) = known.as_mut() {
-            for n in nodes {
-                if !set.contains(n) {
-                    set.insert(n.clone());
-                }
-            }
+            nodes.for_each(|n| insert(set, n));
         }
+    }
+}
+
+/// The nodes a link touches: its source, and its destination if claimed.
+fn ends(l: &Link) -> impl Iterator<Item = &str> {
+    std::iter::once(l.source_node.as_str()).chain(l.dest_node.as_deref())
+}
+
+/// Adds `node`, allocating only when it is new (a full load names each
+/// gateway thousands of times).
+fn insert(set: &mut HashSet<String>, node: &str) {
+    if !set.contains(node) {
+        set.insert(node.to_string());
     }
 }
 
@@ -83,7 +90,7 @@ mod tests {
     use super::*;
     use crate::reconcile::diff::tests::mk_link;
     use crate::routing::stored::StoredRoutes;
-    use crate::store::model::{Link, Name, Route, RouteStatus};
+    use crate::store::model::{Name, Route, RouteStatus};
 
     fn link(id: &str, source: &str, dest: Option<&str>) -> Link {
         Link {

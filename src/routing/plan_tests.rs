@@ -77,6 +77,18 @@ pub(super) fn owned(live: &[std::borrow::Cow<'_, Link>]) -> Vec<Link> {
     live.iter().map(|l| l.clone().into_owned()).collect()
 }
 
+/// Ends `id`'s session as a crash stamped `at` (its grace runs from then).
+pub(super) fn crash(nodes: &mut [NodeRecord], id: &str, at: i64) {
+    use crate::store::model::{Departure, DepartureKind};
+    let node = nodes.iter_mut().find(|n| n.id == id).expect("the node");
+    node.session = None;
+    node.departure = Some(Departure {
+        generation: node.generation,
+        kind: DepartureKind::Crash,
+    });
+    node.updated_at = at;
+}
+
 /// Applies a plan as the store would: its links, and its spent claims.
 pub(super) fn apply(p: &LinkPlan<'_>, nodes: &mut [NodeRecord], stored: &mut Vec<Link>) {
     for l in &p.upserts {
@@ -255,7 +267,6 @@ fn a_departed_source_moves_to_a_sibling_and_is_claimed_again() {
 /// changes nothing.
 #[test]
 fn a_moved_link_whose_destination_crashed_is_recreated_at_once() {
-    use crate::store::model::{Departure, DepartureKind};
     let mut nodes = vec![
         mk_node("a", "n1"),
         mk_node("a", "n2"),
@@ -268,13 +279,7 @@ fn a_moved_link_whose_destination_crashed_is_recreated_at_once() {
         stored[0].dest_node.clone().expect("claimed"),
     );
     nodes.retain(|n| n.id != source);
-    let crashed = nodes.iter_mut().find(|n| n.id == dest).unwrap();
-    crashed.session = None;
-    crashed.departure = Some(Departure {
-        generation: 1,
-        kind: DepartureKind::Crash,
-    });
-    crashed.updated_at = 100;
+    crash(&mut nodes, &dest, 100);
     let graphs = mk_graphs(&mesh(), &nodes);
     let before = stored.clone();
     let p = plan(&nodes, &before, &graphs, 101, &mut || "l-new".into());
@@ -485,17 +490,10 @@ fn group_segments_keep_customers_apart() {
 #[test]
 fn a_destination_that_just_crashed_keeps_its_link_for_the_grace() {
     use super::links::DEPARTURE_GRACE_SECS;
-    use crate::store::model::{Departure, DepartureKind};
     let mut nodes = vec![mk_node("a", "n1"), mk_node("b", "n1"), mk_node("b", "n2")];
     let live = converge(&mut nodes, &mesh());
     let dest = live[0].dest_node.clone().unwrap();
-    let gone = nodes.iter_mut().find(|n| n.id == dest).unwrap();
-    gone.session = None;
-    gone.departure = Some(Departure {
-        generation: 1,
-        kind: DepartureKind::Crash,
-    });
-    gone.updated_at = 100;
+    crash(&mut nodes, &dest, 100);
     let graphs = mk_graphs(&mesh(), &nodes);
     let at = |now: i64| plan(&nodes, &live, &graphs, now, &mut || "l-new".into());
     let within = at(101);

@@ -170,6 +170,9 @@ pub(super) async fn mark_sent(
     source: &str,
     answers: &[LinkAnswer],
 ) -> Result<usize, TxError> {
+    if answers.is_empty() {
+        return Ok(0);
+    }
     let ids: Vec<&str> = answers.iter().map(|a| a.link_id.as_str()).collect();
     let rows = query(
         db,

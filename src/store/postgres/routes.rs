@@ -118,6 +118,9 @@ pub(super) async fn desired(db: &Db<'_>, nodes: &[&str]) -> Result<Vec<Route>, T
 /// Marks every route at once; returns how many existed. A route marked
 /// twice takes its last mark, as when marked one by one.
 pub(super) async fn mark(db: &Db<'_>, marks: &[RouteMark]) -> Result<usize, TxError> {
+    if marks.is_empty() {
+        return Ok(0);
+    }
     let mut last: BTreeMap<&str, &RouteMark> = BTreeMap::new();
     for m in marks {
         last.insert(m.id.as_str(), m);

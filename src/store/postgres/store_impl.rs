@@ -469,19 +469,11 @@ impl Store for PgStore {
                     // The three go out together: they touch different
                     // rows, and each waits only for its own answers.
                     Box::pin(relaxed(db, async move {
-                        let sent = async {
-                            match a.is_empty() {
-                                true => Ok(0),
-                                false => links::mark_sent(db, s, a).await,
-                            }
-                        };
-                        let marked = async {
-                            match m.is_empty() {
-                                true => Ok(0),
-                                false => routes::mark(db, m).await,
-                            }
-                        };
-                        tokio::try_join!(sent, marked, links::delete(db, f))?;
+                        tokio::try_join!(
+                            links::mark_sent(db, s, a),
+                            routes::mark(db, m),
+                            links::delete(db, f)
+                        )?;
                         Ok(())
                     }))
                 },
