@@ -20,6 +20,8 @@ mod postgres {
 /// What only the Postgres backend has: the pair index, fencing, schema
 /// checks, unavailability, row locks under concurrency, metrics.
 mod postgres_backend {
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
     use std::time::{Duration, Instant};
 
     use slim_cp::store::model::{
@@ -259,12 +261,22 @@ mod postgres_backend {
 
     const LOCK_WAITS: &str = "wait_event_type = 'Lock'";
 
+    /// How the answer of [`answer_behind_a_lock`] is written.
+    #[derive(Clone, Copy)]
+    enum Answer {
+        /// A reconcile's record, written with group commit.
+        Recorded,
+        /// A transaction of its own.
+        Marked,
+    }
+
     /// A transaction of the test's own that set link `l-1` (sourced at
     /// `a/n1`) to `status` and holds its row lock, and that source's
     /// success answer for it, recorded in a task and waiting on the lock.
     async fn answer_behind_a_lock(
         db: &PgTestDb,
         status: &str,
+        how: Answer,
     ) -> (
         tokio_postgres::Client,
         tokio::task::JoinHandle<Result<(), StoreError>>,
@@ -282,7 +294,10 @@ mod postgres_backend {
                 ok: true,
                 message: String::new(),
             }];
-            store.record_acknowledgement("a/n1", &ok, &[], &[]).await
+            match how {
+                Answer::Recorded => store.record_acknowledgement("a/n1", &ok, &[], &[]).await,
+                Answer::Marked => store.mark_links_sent("a/n1", &ok).await.map(|_| ()),
+            }
         });
         until_backends(db, LOCK_WAITS, 1, Duration::from_secs(30)).await;
         (holder, answer)
@@ -295,11 +310,89 @@ mod postgres_backend {
     #[tokio::test]
     async fn pg_an_answer_waits_for_a_concurrent_claim_and_keeps_it() {
         let db = fresh_pg_db().await;
-        let (claim, answer) = answer_behind_a_lock(&db, "applied").await;
+        let (claim, answer) = answer_behind_a_lock(&db, "applied", Answer::Recorded).await;
         claim.batch_execute("COMMIT").await.unwrap();
         answer.await.unwrap().expect("recorded");
         let links = db.list_links().await.unwrap();
         assert_eq!(links[0].status, LinkStatus::Applied, "{links:?}");
+    }
+
+    /// Records of many nodes made at once go out together (group commit)
+    /// and each keeps its own meaning: a link's answer counts at its own
+    /// source only, and each record's route marks and forgotten
+    /// tombstones take effect whatever else shared its transaction.
+    #[tokio::test]
+    async fn pg_records_made_at_once_each_take_effect() {
+        let db = fresh_pg_db().await;
+        let n = 12;
+        let mut changes = ChangeSet::default();
+        for i in 0..n {
+            let (source, group) = (format!("a/n{i}"), format!("b{i}"));
+            changes
+                .put_links
+                .push(mk_link(&format!("l-{i}"), &source, ("a", &group), false));
+            changes
+                .put_links
+                .push(mk_link(&format!("t-{i}"), &source, ("a", &group), true));
+            let mut route = mk_route(&format!("r-{i}"), &format!("l-{i}"));
+            route.source_node = source;
+            changes.put_routes.push(route);
+        }
+        db.apply(changes).await.expect("the rows");
+        let leader = Arc::new(db.with_fence(0));
+        let records = (0..n).map(|i| {
+            let leader = leader.clone();
+            tokio::spawn(async move {
+                // Its own link answered, and its neighbour's, which is
+                // not its to answer.
+                let answer = |id: String| LinkAnswer {
+                    link_id: id,
+                    ok: true,
+                    message: String::new(),
+                };
+                let answers = [
+                    answer(format!("l-{i}")),
+                    answer(format!("l-{}", (i + 1) % n)),
+                ];
+                let marks = [RouteMark {
+                    id: format!("r-{i}"),
+                    status: RouteStatus::Applied,
+                    message: format!("mark {i}"),
+                }];
+                let answers = if i % 3 == 0 {
+                    &answers[1..]
+                } else {
+                    &answers[..]
+                };
+                let source = format!("a/n{i}");
+                let forgotten = [format!("t-{i}")];
+                leader
+                    .record_acknowledgement(&source, answers, &marks, &forgotten)
+                    .await
+            })
+        });
+        for r in records.collect::<Vec<_>>() {
+            r.await.unwrap().expect("recorded");
+        }
+        let links = db.list_links().await.unwrap();
+        assert!(
+            links.iter().all(|l| !l.deleted),
+            "every tombstone forgotten: {links:?}"
+        );
+        for l in &links {
+            let i: usize = l.link_id[2..].parse().unwrap();
+            let expected = match i % 3 {
+                0 => LinkStatus::Pending,
+                _ => LinkStatus::Connecting,
+            };
+            assert_eq!(l.status, expected, "{l:?}");
+        }
+        let routes = db.list_routes().await.unwrap();
+        assert_eq!(routes.len(), n);
+        for r in &routes {
+            assert_eq!(r.status, RouteStatus::Applied, "{r:?}");
+            assert_eq!(r.status_msg, format!("mark {}", &r.id[2..]));
+        }
     }
 
     /// A write whose caller gives up while it waits for a row lock (its
@@ -308,7 +401,9 @@ mod postgres_backend {
     #[tokio::test]
     async fn pg_a_write_given_up_mid_transaction_leaves_nothing_behind() {
         let db = fresh_pg_db().await;
-        let (holder, answer) = answer_behind_a_lock(&db, "failed").await;
+        // A transaction of its own: a reconcile's record goes with others
+        // (group commit), and its batch is not the caller's to give up.
+        let (holder, answer) = answer_behind_a_lock(&db, "failed", Answer::Marked).await;
         answer.abort();
         assert!(answer.await.unwrap_err().is_cancelled());
         holder.batch_execute("COMMIT").await.unwrap();
@@ -407,43 +502,68 @@ mod postgres_backend {
         assert!(started.elapsed() < Duration::from_secs(10));
     }
 
-    /// Pooled sessions of database `db`, as the server counts them.
-    async fn pooled_sessions(db: &str) -> i64 {
+    /// The server processes of database `db`'s sessions.
+    async fn backend_pids(db: &str) -> BTreeSet<i32> {
         let (client, connection) = tokio_postgres::connect(&admin_url(), NoTls)
             .await
             .expect("admin connects");
         tokio::spawn(connection);
-        let row = client
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1",
+        let rows = client
+            .query(
+                "SELECT pid FROM pg_stat_activity WHERE datname = $1",
                 &[&db],
             )
             .await
             .expect("pg_stat_activity answers");
-        row.get(0)
+        rows.iter().map(|r| r.get(0)).collect()
+    }
+
+    /// Waits until `db`'s backends are `until` of them, for at most 10 s.
+    async fn wait_backends(db: &str, what: &str, until: impl Fn(&BTreeSet<i32>) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let now = backend_pids(db).await;
+            if until(&now) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{what}: {now:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     #[tokio::test]
-    async fn pg_a_whole_table_read_does_not_keep_its_connection() {
+    async fn pg_the_pool_opens_in_full_and_a_whole_table_read_does_not_keep_its_connection() {
         let db = fresh_pg_db().await;
         // The test database's own store holds sessions of its own.
-        let others = pooled_sessions(db.name()).await;
+        let others = backend_pids(db.name()).await;
         let store = PgStore::connect(&pg_url_for(db.name()), 2)
             .await
             .expect("connects");
+        let pooled: BTreeSet<i32> = backend_pids(db.name())
+            .await
+            .difference(&others)
+            .copied()
+            .collect();
+        assert_eq!(pooled.len(), 2, "the pool opened in full before any use");
         store.get_node("a/n1").await.expect("a read");
-        let pooled = pooled_sessions(db.name()).await;
-        assert_eq!(pooled, others + 1, "the read's connection stays pooled");
+        assert_eq!(
+            backend_pids(db.name()).await,
+            &others | &pooled,
+            "reads reuse the pool"
+        );
         store.list_routes().await.expect("a whole table");
-        // The server ends the backend once the client has closed it.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while pooled_sessions(db.name()).await > others {
-            assert!(
-                Instant::now() < deadline,
-                "the whole-table read's connection stayed"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        // The server ends the backend once the client has closed it, and
+        // a new connection takes its place, opened at once.
+        wait_backends(
+            db.name(),
+            "the whole-table read's connection stayed",
+            |now| !pooled.is_subset(now),
+        )
+        .await;
+        wait_backends(db.name(), "no connection took its place", |now| {
+            now.len() == others.len() + 2
+        })
+        .await;
         store
             .get_node("a/n1")
             .await

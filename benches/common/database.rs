@@ -68,6 +68,16 @@ impl BenchDb {
         Ok(db)
     }
 
+    /// The pid of a server process serving a connection of ours.
+    pub async fn backend_pid(&self) -> Option<u32> {
+        let client = connect(&self.admin_url).await.ok()?;
+        let row = client
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .ok()?;
+        u32::try_from(row.get::<_, i32>(0)).ok()
+    }
+
     /// `pg_database_size`, in MB.
     pub async fn size_mb(&self) -> Result<f64> {
         let admin = connect(&self.admin_url).await?;

@@ -3,6 +3,7 @@
 //! bench with `#[path]`; each uses only part of it.
 
 pub mod cluster;
+pub mod cpu;
 pub mod database;
 pub mod process;
 pub mod scrape;

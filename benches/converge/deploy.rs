@@ -9,6 +9,7 @@ use anyhow::Result;
 
 use crate::args::Setup;
 use crate::common::cluster::Cluster;
+use crate::common::cpu;
 use crate::common::database::BenchDb;
 use crate::common::process::{Proc, base_config, free_port};
 use crate::common::scrape::OpTotals;
@@ -57,6 +58,22 @@ impl Deployment {
         match self {
             Deployment::Single(..) => BTreeMap::new(),
             Deployment::Cluster(c) => c.store_ops().await,
+        }
+    }
+
+    /// The control plane's processes.
+    pub fn pids(&self) -> Vec<u32> {
+        match self {
+            Deployment::Single(p, _) => p.pid().into_iter().collect(),
+            Deployment::Cluster(c) => c.replicas.iter().filter_map(|r| r.proc.pid()).collect(),
+        }
+    }
+
+    /// The postmaster of the database, when it runs on this machine.
+    pub async fn postmaster(&self) -> Option<u32> {
+        match self {
+            Deployment::Single(..) => None,
+            Deployment::Cluster(c) => c.db.backend_pid().await.and_then(cpu::postmaster_of),
         }
     }
 

@@ -56,6 +56,7 @@ use anyhow::Result;
 use slim_cp::sim::{FleetOptions, SimFleet, SimNodeSpec, SimOptions};
 
 use crate::args::{Args, Build, REFERENCE, SLIM, Setup, Size, parse_args};
+use crate::common::cpu;
 use crate::common::process::{proc_field, slim_cp_bin};
 use crate::common::scrape::OpTotals;
 use crate::deploy::Deployment;
@@ -154,17 +155,26 @@ async fn run(
     // What the process holds before any node: the per-node figure is over
     // the whole peak, this included (see the README's performance section).
     let idle_mb = deployment.rss_mb();
+    let (pids, postmaster) = (deployment.pids(), deployment.postmaster().await);
+    let cpu_before = cpu::sample(&pids, postmaster);
     let t0 = Instant::now();
     let v3 = matches!(setup, Setup::Reference { v3: true, .. });
     let fleet = start_fleet(&deployment.url(), s, args.nodes_per_connection, v3)?;
     let mut w = Watch::run(&fleet, s, t0, timeout).await;
     // Right after convergence, before the settle period adds anything.
     let (peak_mb, commands) = (deployment.peak_rss_mb(), fleet.commands_received());
+    let cpu = cpu::sample(&pids, postmaster).since(&cpu_before);
+    println!("{}", cpu.line());
     let stable = match w.converged {
         Some(t) => settle(&mut w, &fleet, t, commands).await,
         None => true,
     };
     println!("  slowest fleet inspection {} ms", w.worst.as_millis());
+    let settled = cpu::sample(&pids, postmaster).since(&cpu_before);
+    println!(
+        "{}",
+        settled.line().replace("until converged", "until settled")
+    );
     let storm = match &mut deployment {
         Deployment::Cluster(c) if args.storm && c.replicas.len() > 1 && stable => {
             let st = storm::storm(c, &fleet, s, timeout).await?;

@@ -27,8 +27,9 @@ pub const DIRECT_URL_ENV: &str = "SLIM_CP_DATABASE_DIRECT_URL";
 /// The password for URLs that carry none.
 pub const PASSWORD_ENV: &str = "SLIM_CP_DATABASE_PASSWORD";
 
-/// Connections per replica unless `pool_size` says otherwise; the leader
-/// opens as many again for its own work (see `PgStore::with_fence`).
+/// Connections per replica unless `pool_size` says otherwise, opened at
+/// start; the leader opens as many again for its own work as its term
+/// begins (see `PgStore::with_fence`).
 pub const DEFAULT_POOL_SIZE: usize = 16;
 
 /// Which store holds the control plane's state.

@@ -150,6 +150,9 @@ impl Transport {
         let Some(remote) = &self.remote else {
             return self.local(node, None).map(Target::Local);
         };
+        if let Some(stream) = self.own(node) {
+            return Ok(Target::Local(stream));
+        }
         match remote.locate(node).await? {
             None => Err(TransportError::NotConnected(node.to_string())),
             Some(at) => self.reach(at),
@@ -163,12 +166,30 @@ impl Transport {
             let here = nodes.iter().filter(|n| self.local(n, None).is_ok());
             return Ok(here.cloned().collect());
         };
-        let found = remote.locate_all(nodes).await?;
+        let (here, elsewhere): (Vec<String>, Vec<String>) =
+            nodes.iter().cloned().partition(|n| self.own(n).is_some());
+        let mut here: BTreeSet<String> = here.into_iter().collect();
+        if elsewhere.is_empty() {
+            return Ok(here);
+        }
+        let found = remote.locate_all(&elsewhere).await?;
         let reachable = found.into_iter().filter_map(|at| {
             let node = at.node.clone();
             self.reach(at).is_ok().then_some(node)
         });
-        Ok(reachable.collect())
+        here.extend(reachable);
+        Ok(here)
+    }
+
+    /// This replica's open stream of `node`, if its session was recorded:
+    /// the store is not asked where a session is that this replica holds.
+    /// Should the node have registered elsewhere since, the stream is
+    /// closed when the new owner asks (or when the node's old connection
+    /// ends); a request in between fails, and is retried, as when a
+    /// session ends under it.
+    fn own(&self, node: &str) -> Option<Arc<NodeStream>> {
+        let recorded = |s: &Arc<NodeStream>| s.generation() > 0 && !s.is_closed();
+        self.registry.get(node).filter(recorded)
     }
 
     /// The target of a located session: this replica's stream of it, or
@@ -325,3 +346,6 @@ impl Transport {
         }
     }
 }
+
+#[cfg(test)]
+mod locate_tests;

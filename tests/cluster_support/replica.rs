@@ -95,10 +95,12 @@ impl ReplicaProc {
             .map(|a| format!(", advertise: \"{a}\""))
             .unwrap_or_default();
         let config = dir.join(format!("{id}.yaml"));
+        // Small pools: each opens in full, and two clusters of tests at
+        // once must fit a default server's 100 connections.
         let body = format!(
             "northbound: {{endpoint: \"{host}:{nb}\", tls: {{insecure: true}}}}\n\
              southbound: {{endpoint: \"{host}:{sb}\", tls: {{insecure: true}}}}\n\
-             database: {{type: postgres, url: \"{db_url}\", pool_size: 8}}\n\
+             database: {{type: postgres, url: \"{db_url}\", pool_size: 4}}\n\
              reconciler: {{base_retry_delay: 50ms, reconcile_period: 5s}}\n\
              topology: {topology}\n\
              http: {{endpoint: \"{host}:{http}\"}}\n\

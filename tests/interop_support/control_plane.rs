@@ -111,7 +111,9 @@ impl ControlPlane {
         );
         match &cfg.postgres {
             Some(url) => yaml.push_str(&format!(
-                "database:\n  type: postgres\n  url: \"{url}\"\nhttp:\n  endpoint: \"127.0.0.1:{}\"\n",
+                // A small pool: it opens in full, and the replicas of two
+                // tests at once must fit a default server's connections.
+                "database:\n  type: postgres\n  url: \"{url}\"\n  pool_size: 4\nhttp:\n  endpoint: \"127.0.0.1:{}\"\n",
                 free_port()
             )),
             None => yaml.push_str("database:\n  type: in_memory\n"),

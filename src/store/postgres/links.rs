@@ -161,35 +161,41 @@ pub(super) async fn live_sourced(db: &Db<'_>, nodes: &[&str]) -> Result<Vec<Link
     query_map(db, SQL, &[&nodes], link_from).await
 }
 
-/// Compare-and-set on (live, still sourced at `source`), then the shared
-/// status rule; a write only when something changes.
-/// The source's answers, judged on the links as they are (one read that
-/// locks them, then one write of those that change).
+/// Each source's answers: compare-and-set on (live, still sourced at that
+/// source), then the shared status rule, judged on the links as they are
+/// (one read that locks them all, in id order, then one write of those
+/// that change). The last answer for a link wins, as when recorded one
+/// by one. Returns how many answered links exist.
 pub(super) async fn mark_sent(
     db: &Db<'_>,
-    source: &str,
-    answers: &[LinkAnswer],
+    answered: &[(&str, &[LinkAnswer])],
 ) -> Result<usize, TxError> {
-    if answers.is_empty() {
+    let ids: BTreeSet<&str> = (answered.iter())
+        .flat_map(|(_, answers)| answers.iter().map(|a| a.link_id.as_str()))
+        .collect();
+    if ids.is_empty() {
         return Ok(0);
     }
-    let ids: Vec<&str> = answers.iter().map(|a| a.link_id.as_str()).collect();
+    let ids: Vec<&str> = ids.into_iter().collect();
     let rows = query(
         db,
-        "SELECT link_id, status, status_msg FROM links \
-         WHERE link_id = ANY($1) AND source_node = $2 AND NOT deleted ORDER BY link_id FOR UPDATE",
-        &[&ids, &source],
+        "SELECT link_id, source_node, status, status_msg FROM links \
+         WHERE link_id = ANY($1) AND NOT deleted ORDER BY link_id FOR UPDATE",
+        &[&ids],
     )
     .await?;
-    let (mut changed, mut next_status, mut messages) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut found, mut changed, mut next_status, mut messages) =
+        (0, Vec::new(), Vec::new(), Vec::new());
     for row in &rows {
         let id: &str = row.try_get("link_id")?;
+        let source: &str = row.try_get("source_node")?;
+        let last = (answered.iter().rev())
+            .filter(|(s, _)| *s == source)
+            .find_map(|(_, answers)| answers.iter().rev().find(|a| a.link_id == id));
+        let Some(a) = last else { continue };
+        found += 1;
         let status = link_status_from(row.try_get("status")?)?;
         let old_message: &str = row.try_get("status_msg")?;
-        // The last answer for a link wins, as when recorded one by one.
-        let Some(a) = answers.iter().rev().find(|a| a.link_id == id) else {
-            continue;
-        };
         let next = sent_status(status, a.ok);
         if next != status || old_message != a.message {
             changed.push(id);
@@ -207,5 +213,5 @@ pub(super) async fn mark_sent(
         )
         .await?;
     }
-    Ok(rows.len())
+    Ok(found)
 }

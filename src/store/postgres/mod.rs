@@ -24,6 +24,7 @@ mod migrate;
 mod nodes;
 mod notify;
 mod pool;
+mod records;
 mod registrations;
 mod replicas;
 mod routes;
@@ -39,9 +40,11 @@ use std::fmt;
 use std::sync::Arc;
 
 use fact_groups::FactGroups;
+use group::Group;
 pub use metrics::{OpMetrics, PgMetrics};
 pub use notify::{FACTS_CHANNEL, RESYNC, SEPARATOR};
 pub use pool::PgConnector;
+use records::Record;
 pub use replicas::{Counts, ExpiredReplica, LeadershipInfo, ReplicaInfo, age_heartbeat};
 pub use tls::RustlsStream;
 use tx::Tx;
@@ -102,6 +105,9 @@ pub struct PgStore {
     leader_tx: Tx,
     /// Facts written with group commit.
     facts: FactGroups,
+    /// Reconciles' records, written with group commit on the leader's
+    /// pool.
+    records: Group<Record, ()>,
     /// The leader's epoch its derivation writes are fenced with.
     fence: Option<u64>,
     /// Settings for connections outside the pool (election, heartbeats,
@@ -144,8 +150,11 @@ impl PgStore {
             .map_err(|e| SetupError::connect(&e))?;
         drop(client);
         let tx = Tx::new(pool);
+        tx.fill().await;
+        let leader_tx = tx.with_pool(leader_pool);
         Ok(Self {
-            leader_tx: tx.with_pool(leader_pool),
+            records: records::spawn(leader_tx.clone()),
+            leader_tx,
             facts: FactGroups::spawn(&tx),
             tx,
             fence: None,
@@ -175,10 +184,17 @@ impl PgStore {
     /// write fails with [`StoreError::Fenced`](super::StoreError::Fenced) once another leader has
     /// bumped the epoch. Facts, operator writes and reads are not fenced.
     pub fn with_fence(&self, epoch: u64) -> PgStore {
+        // The leader's pool opens in full as its term begins (see
+        // `Tx::fill`); it stays empty on a follower.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let leader_tx = self.leader_tx.clone();
+            runtime.spawn(async move { leader_tx.fill().await });
+        }
         PgStore {
             tx: self.leader_tx.clone(),
             leader_tx: self.leader_tx.clone(),
             facts: self.facts.clone(),
+            records: self.records.clone(),
             fence: Some(epoch),
             direct: self.direct.clone(),
         }

@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use async_trait::async_trait;
 use uuid::Uuid;
 
+use super::records::Record;
 use super::tx::{Db, Mode, Op, TxError, query_one, relaxed};
 use super::{PgStore, changes, domains, links, nodes, notify, routes, templates, topology};
 use crate::store::model::{
@@ -444,8 +445,8 @@ impl Store for PgStore {
         self.tx
             .run(
                 self.derive("mark_links_sent"),
-                (source, answers),
-                |db, (s, a)| Box::pin(relaxed(db, links::mark_sent(db, s, a))),
+                [(source, answers)],
+                |db, answered| Box::pin(relaxed(db, links::mark_sent(db, answered))),
             )
             .await
     }
@@ -460,25 +461,14 @@ impl Store for PgStore {
         if answers.is_empty() && marks.is_empty() && forgotten.is_empty() {
             return Ok(());
         }
-        let args = (source, answers, marks, forgotten);
-        self.tx
-            .run(
-                self.derive("record_acknowledgement"),
-                args,
-                |db, (s, a, m, f)| {
-                    // The three go out together: they touch different
-                    // rows, and each waits only for its own answers.
-                    Box::pin(relaxed(db, async move {
-                        tokio::try_join!(
-                            links::mark_sent(db, s, a),
-                            routes::mark(db, m),
-                            links::delete(db, f)
-                        )?;
-                        Ok(())
-                    }))
-                },
-            )
-            .await
+        let record = Record {
+            fence: self.fence,
+            source: source.to_string(),
+            answers: answers.to_vec(),
+            marks: marks.to_vec(),
+            forgotten: forgotten.to_vec(),
+        };
+        self.records.call(record).await
     }
 
     async fn mark_routes(&self, marks: &[RouteMark]) -> Result<usize, StoreError> {

@@ -20,7 +20,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use deadpool_postgres::{Object, Pool, PoolError, StatementCache};
+use deadpool_postgres::{Object, Pool, PoolError, StatementCache, Timeouts};
+
+use super::pool::CONNECT_TIMEOUT;
 use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
@@ -162,6 +164,29 @@ impl Tx {
         &self.metrics
     }
 
+    /// Opens the pool's missing connections at once and leaves them idle:
+    /// a burst then finds them ready rather than paying, in the middle
+    /// of it, for a dial, a TLS handshake and a backend's start each. A
+    /// connection that cannot be opened now is left to its first caller.
+    pub(super) async fn fill(&self) {
+        // Never waiting for a busy connection: a fill holds what it opened
+        // until all are open (so that each opens its own), and must not
+        // hold them while waiting on another caller, or another fill.
+        let free_now = Timeouts {
+            wait: Some(Duration::ZERO),
+            create: Some(CONNECT_TIMEOUT),
+            recycle: Some(CONNECT_TIMEOUT),
+        };
+        // One get per slot: the idle connections are among those taken,
+        // so every missing one is opened.
+        let mut opening = tokio::task::JoinSet::new();
+        for _ in 0..self.pool.status().max_size {
+            let pool = self.pool.clone();
+            opening.spawn(async move { pool.timeout_get(&free_now).await.ok() });
+        }
+        drop(opening.join_all().await);
+    }
+
     /// Runs `body` in a transaction for `op`, with `args` lent to every
     /// attempt (the body may run more than once). Commits if it returns `Ok`.
     pub(super) async fn run<A, T, F>(&self, op: Op, args: A, body: F) -> Result<T, StoreError>
@@ -205,6 +230,10 @@ impl Tx {
             Ok(result) => {
                 if op.bulk {
                     conn.discard();
+                    // Its successor is opened now, off the caller's path,
+                    // rather than by the next caller that finds none free.
+                    let tx = self.clone();
+                    tokio::spawn(async move { tx.fill().await });
                 }
                 result
             }
