@@ -64,6 +64,7 @@ macro_rules! store_conformance_tests {
             change_sets_apply_every_change,
             links_touching_include_claimed_and_tombstones,
             link_answers_follow_the_status_rules,
+            every_status_meets_every_answer_as_the_rule_says,
             route_marks_need_the_route,
             answers_of_one_command_are_recorded_at_once,
             an_acknowledgement_is_recorded_whole,
@@ -677,6 +678,32 @@ pub async fn link_answers_follow_the_status_rules(store: &dyn Store) {
     );
     store.put_link(mk_link("l-1", "a/n1", true)).await.unwrap();
     assert!(!mark_link(store, "l-1", "a/n1", true, "").await, "deleted");
+}
+
+/// Each status meets a success and a failure, and ends as the shared
+/// rule says: a backend that renders the rule elsewhere (Postgres, into
+/// SQL) must agree with it everywhere, not only on the common paths.
+pub async fn every_status_meets_every_answer_as_the_rule_says(store: &dyn Store) {
+    use LinkStatus::{Applied, Connecting, Failed, Pending};
+    for (i, from) in [Pending, Connecting, Applied, Failed]
+        .into_iter()
+        .enumerate()
+    {
+        for ok in [true, false] {
+            let id = format!("l-{i}-{ok}");
+            let mut link = mk_link(&id, "a/n1", false);
+            (link.status, link.dest_group) = (from, format!("b{i}{ok}"));
+            store.put_link(link).await.unwrap();
+            assert!(mark_link(store, &id, "a/n1", ok, "said").await, "{id}");
+            let links = store.list_links().await.unwrap();
+            let after = links.iter().find(|l| l.link_id == id).map(|l| l.status);
+            assert_eq!(
+                after,
+                Some(crate::store::sent_status(from, ok)),
+                "{from:?}, ok {ok}"
+            );
+        }
+    }
 }
 
 pub async fn route_marks_need_the_route(store: &dyn Store) {

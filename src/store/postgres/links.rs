@@ -3,11 +3,12 @@
 //! before live links, so replacing a pair's link inside one transaction
 //! never trips the index.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::LazyLock;
 
 use super::rows::{claim_sql, link_columns, link_from, link_status_from, link_status_sql};
-use super::tx::{Db, TxError, WRITE_CHUNK, execute, insert_else, query, query_map};
-use crate::store::model::{Link, LinkAnswer, LinkState};
+use super::tx::{Db, TxError, WRITE_CHUNK, execute, insert_else, query_map};
+use crate::store::model::{Link, LinkAnswer, LinkState, LinkStatus};
 use crate::store::sent_status;
 
 /// The insert of the rows `$1..$13` hold, in their order, without a
@@ -161,57 +162,69 @@ pub(super) async fn live_sourced(db: &Db<'_>, nodes: &[&str]) -> Result<Vec<Link
     query_map(db, SQL, &[&nodes], link_from).await
 }
 
-/// Each source's answers: compare-and-set on (live, still sourced at that
-/// source), then the shared status rule, judged on the links as they are
-/// (one read that locks them all, in id order, then one write of those
-/// that change). The last answer for a link wins, as when recorded one
-/// by one. Returns how many answered links exist.
+/// Every link status, for rendering the status rule into SQL.
+const STATUSES: [LinkStatus; 4] = [
+    LinkStatus::Pending,
+    LinkStatus::Connecting,
+    LinkStatus::Applied,
+    LinkStatus::Failed,
+];
+
+/// Fails to compile when a status is added and `STATUSES` is not told.
+const _: fn(LinkStatus) = |s| match s {
+    LinkStatus::Pending | LinkStatus::Connecting | LinkStatus::Applied | LinkStatus::Failed => {}
+};
+
+/// The answers' update: the shared status rule ([`sent_status`]) rendered
+/// into a `CASE` over every status, so that the rule stays in Rust and a
+/// record takes one statement instead of a locking read and a write.
+/// `updated_at` moves only when status or message change (the right-hand
+/// sides read the old row).
+static MARK_SENT: LazyLock<String> = LazyLock::new(|| {
+    let rule = |ok: bool| -> String {
+        let arms: String = (STATUSES.iter())
+            .map(|s| {
+                let (from, to) = (link_status_sql(*s), link_status_sql(sent_status(*s, ok)));
+                format!(" WHEN '{from}' THEN '{to}'")
+            })
+            .collect();
+        format!("CASE l.status{arms} END")
+    };
+    let next = format!(
+        "CASE WHEN u.ok THEN {} ELSE {} END",
+        rule(true),
+        rule(false)
+    );
+    format!(
+        "UPDATE links l SET status = {next}, status_msg = u.msg, \
+           updated_at = CASE WHEN {next} <> l.status OR u.msg <> l.status_msg \
+             THEN now() ELSE l.updated_at END \
+         FROM unnest($1::text[], $2::text[], $3::bool[], $4::text[]) AS u(id, source, ok, msg) \
+         WHERE l.link_id = u.id AND l.source_node = u.source AND NOT l.deleted"
+    )
+});
+
+/// Each source's answers, judged by the status rule on the links as they
+/// are (compare-and-set on live and still sourced at that source), in one
+/// statement. The last answer of a source for a link wins, as when
+/// recorded one by one. Returns how many answered links exist.
 pub(super) async fn mark_sent(
     db: &Db<'_>,
     answered: &[(&str, &[LinkAnswer])],
 ) -> Result<usize, TxError> {
-    let ids: BTreeSet<&str> = (answered.iter())
-        .flat_map(|(_, answers)| answers.iter().map(|a| a.link_id.as_str()))
-        .collect();
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    let ids: Vec<&str> = ids.into_iter().collect();
-    let rows = query(
-        db,
-        "SELECT link_id, source_node, status, status_msg FROM links \
-         WHERE link_id = ANY($1) AND NOT deleted ORDER BY link_id FOR UPDATE",
-        &[&ids],
-    )
-    .await?;
-    let (mut found, mut changed, mut next_status, mut messages) =
-        (0, Vec::new(), Vec::new(), Vec::new());
-    for row in &rows {
-        let id: &str = row.try_get("link_id")?;
-        let source: &str = row.try_get("source_node")?;
-        let last = (answered.iter().rev())
-            .filter(|(s, _)| *s == source)
-            .find_map(|(_, answers)| answers.iter().rev().find(|a| a.link_id == id));
-        let Some(a) = last else { continue };
-        found += 1;
-        let status = link_status_from(row.try_get("status")?)?;
-        let old_message: &str = row.try_get("status_msg")?;
-        let next = sent_status(status, a.ok);
-        if next != status || old_message != a.message {
-            changed.push(id);
-            next_status.push(link_status_sql(next));
-            messages.push(a.message.as_str());
+    let mut last: BTreeMap<(&str, &str), &LinkAnswer> = BTreeMap::new();
+    for (source, answers) in answered {
+        for a in *answers {
+            last.insert((a.link_id.as_str(), source), a);
         }
     }
-    if !changed.is_empty() {
-        execute(
-            db,
-            "UPDATE links l SET status = u.status, status_msg = u.msg, updated_at = now() \
-             FROM unnest($1::text[], $2::text[], $3::text[]) AS u(id, status, msg) \
-             WHERE l.link_id = u.id",
-            &[&changed, &next_status, &messages],
-        )
-        .await?;
+    if last.is_empty() {
+        return Ok(0);
     }
-    Ok(found)
+    let ids: Vec<&str> = last.keys().map(|(id, _)| *id).collect();
+    let sources: Vec<&str> = last.keys().map(|(_, source)| *source).collect();
+    let ok: Vec<bool> = last.values().map(|a| a.ok).collect();
+    let messages: Vec<&str> = last.values().map(|a| a.message.as_str()).collect();
+    let n = execute(db, &MARK_SENT, &[&ids, &sources, &ok, &messages]).await?;
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }
