@@ -21,14 +21,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use deadpool_postgres::{Object, Pool, PoolError, StatementCache, Timeouts};
-
-use super::pool::CONNECT_TIMEOUT;
 use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row, Statement};
 
 use super::metrics::{Metrics, Outcome};
+use super::pool::CONNECT_TIMEOUT;
 use crate::store::StoreError;
 
 /// Where an operation's body runs its statements: the connection of its
