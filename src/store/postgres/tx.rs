@@ -62,6 +62,14 @@ pub(super) type TxFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, TxError>
 /// two copies stay near 1 MB; at 1,000 nodes no write is split.
 pub(super) const WRITE_CHUNK: usize = 5000;
 
+/// A get that takes a free connection or opens one, and never waits for
+/// a busy one.
+const FREE_NOW: Timeouts = Timeouts {
+    wait: Some(Duration::ZERO),
+    create: Some(CONNECT_TIMEOUT),
+    recycle: Some(CONNECT_TIMEOUT),
+};
+
 /// Attempts per call when the database asks for a rerun (40001, 40P01).
 const MAX_ATTEMPTS: u32 = 5;
 /// First pause before a rerun; doubled each time, jittered by ±50 %.
@@ -167,23 +175,31 @@ impl Tx {
     /// a burst then finds them ready rather than paying, in the middle
     /// of it, for a dial, a TLS handshake and a backend's start each. A
     /// connection that cannot be opened now is left to its first caller.
+    /// For a pool nobody uses yet (at start, as a term begins): it holds
+    /// the idle connections too while the others open.
     pub(super) async fn fill(&self) {
-        // Never waiting for a busy connection: a fill holds what it opened
-        // until all are open (so that each opens its own), and must not
-        // hold them while waiting on another caller, or another fill.
-        let free_now = Timeouts {
-            wait: Some(Duration::ZERO),
-            create: Some(CONNECT_TIMEOUT),
-            recycle: Some(CONNECT_TIMEOUT),
-        };
         // One get per slot: the idle connections are among those taken,
-        // so every missing one is opened.
+        // so every missing one is opened. None waits for a busy one (or
+        // for another fill's), so a fill never holds what it took while
+        // waiting on another caller.
         let mut opening = tokio::task::JoinSet::new();
         for _ in 0..self.pool.status().max_size {
             let pool = self.pool.clone();
-            opening.spawn(async move { pool.timeout_get(&free_now).await.ok() });
+            opening.spawn(async move { pool.timeout_get(&FREE_NOW).await.ok() });
         }
         drop(opening.join_all().await);
+    }
+
+    /// After a connection was closed on purpose: opens its successor now,
+    /// off the caller's path, when no idle connection is waiting. With one
+    /// idle, the next caller takes that, and opening a new one would mean
+    /// holding the idle ones meanwhile.
+    fn replace_closed(&self) {
+        if self.pool.status().available > 0 {
+            return;
+        }
+        let pool = self.pool.clone();
+        tokio::spawn(async move { drop(pool.timeout_get(&FREE_NOW).await) });
     }
 
     /// Runs `body` in a transaction for `op`, with `args` lent to every
@@ -229,10 +245,7 @@ impl Tx {
             Ok(result) => {
                 if op.bulk {
                     conn.discard();
-                    // Its successor is opened now, off the caller's path,
-                    // rather than by the next caller that finds none free.
-                    let tx = self.clone();
-                    tokio::spawn(async move { tx.fill().await });
+                    self.replace_closed();
                 }
                 result
             }
