@@ -21,6 +21,7 @@ mod postgres {
 /// checks, unavailability, row locks under concurrency, metrics.
 mod postgres_backend {
     use std::collections::BTreeSet;
+    use std::future::Future;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
@@ -244,19 +245,31 @@ mod postgres_backend {
         row.get(0)
     }
 
+    /// Polls `probe` until its answer is `done`, for at most `patience`.
+    async fn eventually<T: std::fmt::Debug, F: Future<Output = T>>(
+        what: &str,
+        patience: Duration,
+        mut probe: impl FnMut() -> F,
+        done: impl Fn(&T) -> bool,
+    ) {
+        let deadline = Instant::now() + patience;
+        loop {
+            let now = probe().await;
+            if done(&now) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{what}: {now:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Polls until `filter` counts `want` backends of `db`, for at most
     /// `patience`.
     async fn until_backends(db: &PgTestDb, filter: &str, want: i64, patience: Duration) {
         let watcher = db.client().await;
-        let deadline = Instant::now() + patience;
-        loop {
-            let n = backends(&watcher, db, filter).await;
-            if n == want {
-                return;
-            }
-            assert!(Instant::now() < deadline, "{n} backends where {filter}");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let what = format!("backends where {filter}");
+        let probe = || backends(&watcher, db, filter);
+        eventually(&what, patience, probe, |n| *n == want).await;
     }
 
     const LOCK_WAITS: &str = "wait_event_type = 'Lock'";
@@ -518,21 +531,8 @@ mod postgres_backend {
         rows.iter().map(|r| r.get(0)).collect()
     }
 
-    /// Waits until `db`'s backends are `until` of them, for at most 10 s.
-    async fn wait_backends(db: &str, what: &str, until: impl Fn(&BTreeSet<i32>) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let now = backend_pids(db).await;
-            if until(&now) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "{what}: {now:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
     #[tokio::test]
-    async fn pg_the_pool_opens_in_full_and_a_whole_table_read_does_not_keep_its_connection() {
+    async fn pg_the_pools_open_in_full_and_a_whole_table_read_does_not_keep_its_connection() {
         let db = fresh_pg_db().await;
         // The test database's own store holds sessions of its own.
         let others = backend_pids(db.name()).await;
@@ -552,21 +552,36 @@ mod postgres_backend {
             "reads reuse the pool"
         );
         store.list_routes().await.expect("a whole table");
+        let patience = Duration::from_secs(10);
+        let probe = || backend_pids(db.name());
         // The server ends the backend once the client has closed it.
-        wait_backends(
-            db.name(),
+        let closed = |now: &BTreeSet<i32>| !pooled.is_subset(now);
+        eventually(
             "the whole-table read's connection stayed",
-            |now| !pooled.is_subset(now),
+            patience,
+            probe,
+            closed,
         )
         .await;
         // Two reads at once need two connections: the idle one and one
         // opened in place of the closed one.
         let (a, b) = tokio::join!(store.get_node("a/n1"), store.get_node("a/n2"));
         a.and(b).expect("the pool serves again");
-        wait_backends(
-            db.name(),
+        let base = others.len();
+        let whole = |n: usize| move |now: &BTreeSet<i32>| now.len() == base + n;
+        eventually(
             "no connection took the closed one's place",
-            |now| now.len() == others.len() + 2,
+            patience,
+            probe,
+            whole(2),
+        )
+        .await;
+        store.open_leader_pool().await;
+        eventually(
+            "the leader's pool did not open in full",
+            patience,
+            probe,
+            whole(4),
         )
         .await;
     }

@@ -93,12 +93,13 @@ impl Sample {
         }
     }
 
-    pub fn line(&self) -> String {
+    /// The table line of what was spent until `when`.
+    pub fn line(&self, when: &str) -> String {
         let db = self
             .database
             .map_or_else(|| "-".to_string(), |s| format!("{s:.2} s"));
         format!(
-            "  CPU until converged: control plane {:.2} s, database {db}, fleet and watcher {:.2} s",
+            "  CPU until {when}: control plane {:.2} s, database {db}, fleet and watcher {:.2} s",
             self.control_plane, self.fleet
         )
     }

@@ -164,17 +164,14 @@ async fn run(
     // Right after convergence, before the settle period adds anything.
     let (peak_mb, commands) = (deployment.peak_rss_mb(), fleet.commands_received());
     let cpu = cpu::sample(&pids, postmaster).since(&cpu_before);
-    println!("{}", cpu.line());
+    println!("{}", cpu.line("converged"));
     let stable = match w.converged {
         Some(t) => settle(&mut w, &fleet, t, commands).await,
         None => true,
     };
     println!("  slowest fleet inspection {} ms", w.worst.as_millis());
     let settled = cpu::sample(&pids, postmaster).since(&cpu_before);
-    println!(
-        "{}",
-        settled.line().replace("until converged", "until settled")
-    );
+    println!("{}", settled.line("settled"));
     let storm = match &mut deployment {
         Deployment::Cluster(c) if args.storm && c.replicas.len() > 1 && stable => {
             let st = storm::storm(c, &fleet, s, timeout).await?;

@@ -29,7 +29,7 @@ pub const PASSWORD_ENV: &str = "SLIM_CP_DATABASE_PASSWORD";
 
 /// Connections per replica unless `pool_size` says otherwise, opened at
 /// start; the leader opens as many again for its own work as its term
-/// begins (see `PgStore::with_fence`).
+/// begins (see `PgStore::open_leader_pool`).
 pub const DEFAULT_POOL_SIZE: usize = 16;
 
 /// Which store holds the control plane's state.

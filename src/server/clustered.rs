@@ -128,7 +128,12 @@ fn core(
     let inbox = Arc::new(Inbox::new());
     let fenced = {
         let pg = pg.clone();
-        Arc::new(move |epoch| Arc::new(pg.with_fence(epoch)) as Arc<dyn Store>)
+        Arc::new(move |epoch| {
+            // Called once per term, as it begins.
+            let leading = pg.clone();
+            tokio::spawn(async move { leading.open_leader_pool().await });
+            Arc::new(pg.with_fence(epoch)) as Arc<dyn Store>
+        })
     };
     Core {
         store: Arc::new(pg.clone()),

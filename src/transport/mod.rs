@@ -166,9 +166,14 @@ impl Transport {
             let here = nodes.iter().filter(|n| self.local(n, None).is_ok());
             return Ok(here.cloned().collect());
         };
-        let (here, elsewhere): (Vec<String>, Vec<String>) =
-            nodes.iter().cloned().partition(|n| self.own(n).is_some());
-        let mut here: BTreeSet<String> = here.into_iter().collect();
+        let (mut here, mut elsewhere) = (BTreeSet::new(), Vec::new());
+        for n in nodes {
+            if self.own(n).is_some() {
+                here.insert(n.clone());
+            } else {
+                elsewhere.push(n.clone());
+            }
+        }
         if elsewhere.is_empty() {
             return Ok(here);
         }

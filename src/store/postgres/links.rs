@@ -6,9 +6,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
-use super::rows::{claim_sql, link_columns, link_from, link_status_from, link_status_sql};
+use super::rows::{
+    LINK_STATUSES, claim_sql, link_columns, link_from, link_status_from, link_status_sql,
+};
 use super::tx::{Db, TxError, WRITE_CHUNK, execute, insert_else, query_map};
-use crate::store::model::{Link, LinkAnswer, LinkState, LinkStatus};
+use crate::store::model::{Link, LinkAnswer, LinkState};
 use crate::store::sent_status;
 
 /// The insert of the rows `$1..$13` hold, in their order, without a
@@ -162,27 +164,14 @@ pub(super) async fn live_sourced(db: &Db<'_>, nodes: &[&str]) -> Result<Vec<Link
     query_map(db, SQL, &[&nodes], link_from).await
 }
 
-/// Every link status, for rendering the status rule into SQL.
-const STATUSES: [LinkStatus; 4] = [
-    LinkStatus::Pending,
-    LinkStatus::Connecting,
-    LinkStatus::Applied,
-    LinkStatus::Failed,
-];
-
-/// Fails to compile when a status is added and `STATUSES` is not told.
-const _: fn(LinkStatus) = |s| match s {
-    LinkStatus::Pending | LinkStatus::Connecting | LinkStatus::Applied | LinkStatus::Failed => {}
-};
-
 /// The answers' update: the shared status rule ([`sent_status`]) rendered
-/// into a `CASE` over every status, so that the rule stays in Rust and a
+/// into a `CASE` over every status ([`LINK_STATUSES`]), so that the rule stays in Rust and a
 /// record takes one statement instead of a locking read and a write.
 /// `updated_at` moves only when status or message change (the right-hand
 /// sides read the old row).
 static MARK_SENT: LazyLock<String> = LazyLock::new(|| {
     let rule = |ok: bool| -> String {
-        let arms: String = (STATUSES.iter())
+        let arms: String = (LINK_STATUSES.iter())
             .map(|s| {
                 let (from, to) = (link_status_sql(*s), link_status_sql(sent_status(*s, ok)));
                 format!(" WHEN '{from}' THEN '{to}'")

@@ -184,12 +184,6 @@ impl PgStore {
     /// write fails with [`StoreError::Fenced`](super::StoreError::Fenced) once another leader has
     /// bumped the epoch. Facts, operator writes and reads are not fenced.
     pub fn with_fence(&self, epoch: u64) -> PgStore {
-        // The leader's pool opens in full as its term begins (see
-        // `Tx::fill`); it stays empty on a follower.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let leader_tx = self.leader_tx.clone();
-            runtime.spawn(async move { leader_tx.fill().await });
-        }
         PgStore {
             tx: self.leader_tx.clone(),
             leader_tx: self.leader_tx.clone(),
@@ -198,6 +192,12 @@ impl PgStore {
             fence: Some(epoch),
             direct: self.direct.clone(),
         }
+    }
+
+    /// Opens the leader's pool in full (see `Tx::fill`): once per term,
+    /// as it begins; a follower's stays empty.
+    pub async fn open_leader_pool(&self) {
+        self.leader_tx.fill().await;
     }
 
     /// How to open a dedicated connection (keepalives, timeouts, TLS and

@@ -79,13 +79,13 @@ async fn write(db: &Db<'_>, records: &[&Record]) -> Result<(), TxError> {
         .filter(|r| !r.answers.is_empty())
         .map(|r| (r.source.as_str(), r.answers.as_slice()))
         .collect();
-    let marks: Vec<RouteMark> = records.iter().flat_map(|r| r.marks.clone()).collect();
+    let marks = records.iter().flat_map(|r| &r.marks);
     let forgotten: Vec<String> = (records.iter())
         .flat_map(|r| r.forgotten.iter().cloned())
         .collect();
     tokio::try_join!(
         links::mark_sent(db, &answered),
-        routes::mark(db, &marks),
+        routes::mark(db, marks),
         links::delete(db, &forgotten)
     )?;
     Ok(())

@@ -117,13 +117,16 @@ pub(super) async fn desired(db: &Db<'_>, nodes: &[&str]) -> Result<Vec<Route>, T
 /// when one of them changes (the right-hand sides read the old row).
 /// Marks every route at once; returns how many existed. A route marked
 /// twice takes its last mark, as when marked one by one.
-pub(super) async fn mark(db: &Db<'_>, marks: &[RouteMark]) -> Result<usize, TxError> {
-    if marks.is_empty() {
-        return Ok(0);
-    }
+pub(super) async fn mark<'m>(
+    db: &Db<'_>,
+    marks: impl IntoIterator<Item = &'m RouteMark>,
+) -> Result<usize, TxError> {
     let mut last: BTreeMap<&str, &RouteMark> = BTreeMap::new();
     for m in marks {
         last.insert(m.id.as_str(), m);
+    }
+    if last.is_empty() {
+        return Ok(0);
     }
     let ids: Vec<&str> = last.keys().copied().collect();
     let status: Vec<&str> = last.values().map(|m| route_status_sql(m.status)).collect();

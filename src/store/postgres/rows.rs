@@ -16,6 +16,13 @@ use crate::store::model::{
 /// Text values of the enum columns (the schema's CHECK constraints list the
 /// same words).
 macro_rules! sql_enum {
+    // With `$all`, also every value, in the order listed (the list is
+    // exhaustive: `$to`'s match would not compile otherwise).
+    ($ty:ident, $to:ident, $from:ident, $all:ident { $($variant:ident => $text:literal),* $(,)? }) => {
+        sql_enum!($ty, $to, $from { $($variant => $text),* });
+
+        pub(super) const $all: &[$ty] = &[$($ty::$variant),*];
+    };
     ($ty:ident, $to:ident, $from:ident { $($variant:ident => $text:literal),* $(,)? }) => {
         pub(super) fn $to(v: $ty) -> &'static str {
             match v { $($ty::$variant => $text),* }
@@ -40,7 +47,7 @@ sql_enum!(DepartureKind, departure_kind_sql, departure_kind_from {
     Crash => "crash",
     Deregistered => "deregistered",
 });
-sql_enum!(LinkStatus, link_status_sql, link_status_from {
+sql_enum!(LinkStatus, link_status_sql, link_status_from, LINK_STATUSES {
     Pending => "pending",
     Connecting => "connecting",
     Applied => "applied",
@@ -361,13 +368,8 @@ mod tests {
 
     #[test]
     fn enum_words_round_trip() {
-        for s in [
-            LinkStatus::Pending,
-            LinkStatus::Connecting,
-            LinkStatus::Applied,
-            LinkStatus::Failed,
-        ] {
-            assert_eq!(link_status_from(link_status_sql(s)).unwrap(), s);
+        for s in LINK_STATUSES {
+            assert_eq!(link_status_from(link_status_sql(*s)).unwrap(), *s);
         }
         for s in [
             RouteStatus::Pending,

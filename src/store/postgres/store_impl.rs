@@ -477,7 +477,7 @@ impl Store for PgStore {
         }
         self.tx
             .run(self.derive("mark_routes"), marks, |db, m| {
-                Box::pin(relaxed(db, routes::mark(db, m)))
+                Box::pin(relaxed(db, routes::mark(db, *m)))
             })
             .await
     }
