@@ -20,7 +20,7 @@ mod postgres {
 /// What only the Postgres backend has: the pair index, fencing, schema
 /// checks, unavailability, row locks under concurrency, metrics.
 mod postgres_backend {
-    use std::collections::BTreeSet;
+    use std::collections::{BTreeMap, BTreeSet};
     use std::future::Future;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
@@ -632,6 +632,62 @@ mod postgres_backend {
         let (claims, readies) = (&m.ops["record_received"], &m.ops["mark_ready"]);
         assert!(claims.calls < 20, "claims not grouped: {claims:?}");
         assert!(readies.calls < 20, "readiness not grouped: {readies:?}");
+    }
+
+    /// Registrations that arrive together, of nodes known and new (one of
+    /// them twice), each start once, in the order of their generations:
+    /// a known node's replaces its session, a new node's replaces
+    /// nothing, and the second start of one node replaces the first.
+    #[tokio::test]
+    async fn pg_registrations_of_known_and_new_nodes_together_each_start() {
+        let db = fresh_pg_db().await;
+        let store = db.store();
+        let mut known = BTreeMap::new();
+        for i in 0..10 {
+            let node = format!("a/k{i}");
+            let start = store.begin_session(mk_registration(&node), owner()).await;
+            known.insert(node, start.expect("known node starts").session);
+        }
+        let before = db.metrics().ops["begin_session"].calls;
+        let mut nodes: Vec<String> = known.keys().cloned().collect();
+        nodes.extend((0..10).map(|i| format!("a/new{i}")));
+        nodes.push("a/new3".into());
+        let tasks: Vec<_> = (nodes.iter().cloned())
+            .map(|node| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let start = store.begin_session(mk_registration(&node), owner()).await;
+                    (node, start.expect("begin_session"))
+                })
+            })
+            .collect();
+        let mut starts: BTreeMap<String, Vec<_>> = BTreeMap::new();
+        for t in tasks {
+            let (node, start) = t.await.unwrap();
+            starts.entry(node).or_default().push(start);
+        }
+        let calls = db.metrics().ops["begin_session"].calls - before;
+        assert!(
+            calls < nodes.len() as u64,
+            "not grouped: {calls} transactions"
+        );
+        for (node, mut of_node) in starts {
+            of_node.sort_by_key(|s| s.session.generation);
+            let first = known.get(&node);
+            assert_eq!(of_node[0].replaced.as_ref(), first, "{node}");
+            if let [a, b] = of_node.as_slice() {
+                assert_eq!(
+                    b.replaced.as_ref(),
+                    Some(&a.session),
+                    "{node}: second start"
+                );
+            }
+            let last = of_node.last().map(|s| &s.session);
+            let rec = db.get_node(&node).await.unwrap().expect("row");
+            assert_eq!(rec.session.as_ref(), last, "{node}: the latest start holds");
+            assert_eq!(rec.generation, last.map_or(0, |s| s.generation), "{node}");
+            assert!(first.is_none_or(|f| f.generation < of_node[0].session.generation));
+        }
     }
 
     #[tokio::test]

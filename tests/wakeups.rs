@@ -1,6 +1,7 @@
 //! The leader's wake-up listener on a real Postgres: the first `LISTEN` of
 //! a term opens the leader's gate instead of asking for a second full
 //! read; a reconnect, or a leader that stopped waiting, asks for one.
+//! Facts wake it only when it may learn something from them.
 
 mod common;
 
@@ -9,6 +10,8 @@ use std::time::Duration;
 
 use common::pg::{PgTestDb, fresh_pg_db};
 use slim_cp::cluster::{Batch, Inbox, wakeups};
+use slim_cp::store::Store;
+use slim_cp::store::model::{Registration, ReplicaRef};
 use slim_cp::store::postgres::FACTS_CHANNEL;
 use tokio::sync::oneshot;
 use tokio::time::timeout;
@@ -44,15 +47,21 @@ fn start(db: &PgTestDb, gate: oneshot::Sender<()>) -> (Arc<Inbox>, CancellationT
     (inbox, cancel)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_first_listen_opens_the_gate_and_a_reconnect_asks_for_a_resync() {
-    let db = fresh_pg_db().await;
+/// The listener on `db`, once its first `LISTEN` opened the gate.
+async fn listening(db: &PgTestDb) -> (Arc<Inbox>, CancellationToken) {
     let (gate, listening) = oneshot::channel();
-    let (inbox, cancel) = start(&db, gate);
+    let started = start(db, gate);
     timeout(BOUND, listening)
         .await
         .expect("the gate opens in time")
         .expect("the listener opened the gate");
+    started
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_listen_opens_the_gate_and_a_reconnect_asks_for_a_resync() {
+    let db = fresh_pg_db().await;
+    let (inbox, cancel) = listening(&db).await;
     let sql = db.client().await;
     notify(&sql, "n1").await;
     let first = next(&inbox).await;
@@ -97,6 +106,54 @@ async fn a_leader_that_stopped_waiting_gets_a_resync() {
     assert!(
         batch.resync && batch.nodes.is_empty(),
         "its read came before the LISTEN: {batch:?}"
+    );
+    cancel.cancel();
+}
+
+fn registration(node: &str) -> Registration {
+    Registration {
+        node_id: node.into(),
+        group: Some("g".into()),
+        ..Registration::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_session_wakes_the_leader_when_ready_and_a_replacing_one_at_once() {
+    let db = fresh_pg_db().await;
+    let (inbox, cancel) = listening(&db).await;
+    let store = db.store();
+    let owner = ReplicaRef {
+        id: "r".into(),
+        incarnation: 1,
+    };
+    store
+        .begin_session(registration("g/a"), owner.clone())
+        .await
+        .expect("a starts");
+    let b = store
+        .begin_session(registration("g/b"), owner.clone())
+        .await
+        .expect("b starts");
+    assert!(
+        store.mark_ready("g/b", b.session.id).await.expect("marks"),
+        "b's session is current"
+    );
+    // Notifications arrive in commit order, and the inbox folds all
+    // that came before a take into one batch.
+    assert_eq!(
+        next(&inbox).await.nodes,
+        ["g/b"],
+        "the new sessions' starts woke nobody; b's readiness did"
+    );
+    store
+        .begin_session(registration("g/a"), owner)
+        .await
+        .expect("a starts again");
+    assert_eq!(
+        next(&inbox).await.nodes,
+        ["g/a"],
+        "a start that replaces a session wakes the leader"
     );
     cancel.cancel();
 }

@@ -1,7 +1,9 @@
 //! Registrations written with group commit (see [`super::group`]): the
 //! sessions of a batch start with a handful of statements, whatever its
-//! size. The rules are [`super::nodes::begin_session`]'s: each node's row
-//! is locked (created if new) before its generation is drawn, rows are
+//! size: in a first registration burst, one insert and one read. The
+//! rules are [`super::nodes::begin_session`]'s: a node's generation is
+//! drawn after any other start of it that may commit first (under its
+//! row's lock, or before the insert that others then wait for), rows are
 //! locked in id order, and each session starts with the node's desired
 //! state. A node named twice in one batch starts twice, in call order.
 //! A late registration (`stale_after`) is never grouped: its refusal
@@ -10,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use tokio_postgres::types::Json;
+use tokio_postgres::types::{Json, ToSql};
 
 use super::nodes::desired;
 use super::rows::{
@@ -24,26 +26,51 @@ use crate::store::{SessionStart, StoreError, chosen_or_new};
 /// One registration and the replica recording it.
 pub(super) type Begin = (Registration, ReplicaRef);
 
-/// Locks (creating where new) the rows of a round's nodes, in id order.
-const LOCK_OR_CREATE: &str = "INSERT INTO nodes (id) \
-     SELECT id FROM unnest($1::text[]) AS id ORDER BY id \
+/// The columns of a round's registrations, `$1..$9`, each with a
+/// generation drawn from the store-wide sequence, in node id order.
+macro_rules! round_rows {
+    () => {
+        "(SELECT u.*, nextval('generation_seq') AS g \
+           FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::jsonb[], $5::jsonb[], \
+                       $6::uuid[], $7::text[], $8::int8[], $9::int2[]) \
+             AS u(id, grp, details, conns, names, sid, owner, inc, rev) \
+           ORDER BY u.id)"
+    };
+}
+
+/// Starts the sessions of the round's new nodes, inserting their rows
+/// whole, and locks the rows of the others, in id order, returning their
+/// sessions as they were (`started` false). A new row's generation is
+/// drawn before its insert: a concurrent start of the same node waits for
+/// that insert and draws its own after, under the row's lock. A generation
+/// drawn for a row that exists goes unused (gaps are allowed). A row
+/// inserted here has no `xmax`; one the conflict clause locked carries
+/// the locker's.
+const START_NEW_LOCK_OTHERS: &str = concat!(
+    "INSERT INTO nodes (id, group_name, connection_details, reported_connections, \
+       reported_routes, session_id, session_generation, session_owner, session_incarnation, \
+       session_state, generation, revision) \
+     SELECT t.id, t.grp, t.details, t.conns, t.names, t.sid, t.g, t.owner, t.inc, $10, t.g, t.rev \
+     FROM ",
+    round_rows!(),
+    " AS t \
      ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id \
      RETURNING id, session_id, session_generation, session_owner, session_incarnation, \
-       session_state";
+       session_state, xmax = 0 AS started"
+);
 
-/// Starts every session of a round; each row's generation is drawn after
-/// its lock, from the store-wide sequence.
-const START_SESSIONS: &str = "WITH t AS MATERIALIZED ( \
-       SELECT u.*, nextval('generation_seq') AS g \
-       FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::jsonb[], $5::jsonb[], $6::uuid[], \
-                   $7::text[], $8::int8[], $9::int2[]) \
-         AS u(id, grp, details, conns, names, sid, owner, inc, rev)) \
-     UPDATE nodes SET group_name = t.grp, connection_details = t.details, \
+/// Starts the sessions of the round's nodes whose rows existed, locked
+/// before; each one's generation is drawn after its lock.
+const START_SESSIONS: &str = concat!(
+    "WITH t AS MATERIALIZED ",
+    round_rows!(),
+    " UPDATE nodes SET group_name = t.grp, connection_details = t.details, \
        reported_connections = t.conns, reported_routes = t.names, received_links = '[]', \
        session_id = t.sid, session_generation = t.g, session_owner = t.owner, \
        session_incarnation = t.inc, session_state = $10, generation = t.g, \
        departure_generation = NULL, departure_kind = NULL, revision = t.rev, updated_at = now() \
-     FROM t WHERE nodes.id = t.id RETURNING nodes.id, t.g";
+     FROM t WHERE nodes.id = t.id RETURNING nodes.id, t.g"
+);
 
 /// Starts the sessions of `calls`, none of them late; each one's start,
 /// in call order.
@@ -55,12 +82,25 @@ pub(super) async fn begin_all(
     for round in rounds(calls) {
         begin_round(db, calls, &round, &mut started).await?;
     }
-    let nodes: BTreeSet<&str> = calls.iter().map(|(r, _)| r.node_id.as_str()).collect();
-    super::notify::nodes_changed(db, &nodes.into_iter().collect::<Vec<_>>()).await?;
+    super::notify::nodes_changed(db, &replacing(calls, &started)).await?;
     Ok(started
         .into_iter()
         .map(|s| s.ok_or_else(|| StoreError::Unavailable("a session did not start".into())))
         .collect())
+}
+
+/// The nodes whose new session replaced one: only for them can the
+/// leader learn something from the start (a ready session it saw ended
+/// without a goodbye). A node with no session before has nothing for the
+/// leader until it is ready, which wakes it, and an ended session woke it
+/// when it ended. Saving the others' wake-ups saves the leader a read of
+/// every registering node's row in a registration burst.
+fn replacing<'c>(calls: &'c [Begin], started: &[Option<SessionStart>]) -> Vec<&'c str> {
+    let nodes: BTreeSet<&str> = (calls.iter().zip(started))
+        .filter(|(_, s)| s.as_ref().is_some_and(|s| s.replaced.is_some()))
+        .map(|((r, _), _)| r.node_id.as_str())
+        .collect();
+    nodes.into_iter().collect()
 }
 
 /// The calls' indexes in rounds where no node appears twice, each round
@@ -88,41 +128,39 @@ async fn begin_round(
     round: &[usize],
     started: &mut [Option<SessionStart>],
 ) -> Result<(), TxError> {
-    let ids: Vec<&str> = round.iter().map(|&i| calls[i].0.node_id.as_str()).collect();
-    let mut replaced = BTreeMap::new();
-    for row in query(db, LOCK_OR_CREATE, &[&ids]).await? {
-        replaced.insert(row.try_get::<_, String>("id")?, session_from(&row)?);
-    }
-    let columns = Columns::of(calls, round)?;
-    let rows = query(
-        db,
-        START_SESSIONS,
-        &[
-            &ids,
-            &columns.groups,
-            &columns.details,
-            &columns.connections,
-            &columns.names,
-            &columns.sessions,
-            &columns.owners,
-            &columns.incarnations,
-            &columns.revisions,
-            &session_state_sql(SessionState::Registering),
-        ],
-    )
-    .await?;
+    let sessions: Vec<uuid::Uuid> = (round.iter())
+        .map(|&i| chosen_or_new(calls[i].0.session_id))
+        .collect();
+    let columns = Columns::of(calls, round, &sessions)?;
+    let state = session_state_sql(SessionState::Registering);
     let mut generations = BTreeMap::new();
-    for row in &rows {
-        generations.insert(row.try_get::<_, String>(0)?, to_u64(row.try_get(1)?)?);
+    let mut replaced = BTreeMap::new();
+    for row in query(db, START_NEW_LOCK_OTHERS, &columns.params(&state)).await? {
+        let id: String = row.try_get("id")?;
+        if row.try_get("started")? {
+            generations.insert(id, to_u64(row.try_get("session_generation")?)?);
+        } else {
+            replaced.insert(id, session_from(&row)?);
+        }
     }
-    let mut desired = desired(db, &ids).await?;
+    if !replaced.is_empty() {
+        let (existing, their_sessions): (Vec<usize>, Vec<uuid::Uuid>) =
+            (round.iter().zip(&sessions))
+                .filter(|(i, _)| replaced.contains_key(&calls[**i].0.node_id))
+                .unzip();
+        let existing = Columns::of(calls, &existing, &their_sessions)?;
+        for row in query(db, START_SESSIONS, &existing.params(&state)).await? {
+            generations.insert(row.try_get::<_, String>(0)?, to_u64(row.try_get(1)?)?);
+        }
+    }
+    let mut desired = desired(db, &columns.ids).await?;
     for (k, &i) in round.iter().enumerate() {
         let (reg, owner) = &calls[i];
         let generation = generations.get(&reg.node_id).copied();
         let generation = generation.ok_or_else(|| missing(&reg.node_id))?;
         started[i] = Some(SessionStart {
             session: Session {
-                id: columns.sessions[k],
+                id: sessions[k],
                 generation,
                 owner: owner.clone(),
                 state: SessionState::Registering,
@@ -140,6 +178,7 @@ fn missing(node: &str) -> TxError {
 
 /// A round's values, column by column, in the round's order.
 struct Columns<'c> {
+    ids: Vec<&'c str>,
     groups: Vec<Option<&'c str>>,
     details: Vec<Json<Vec<DetailRow>>>,
     connections: Vec<Json<Vec<ConnectionRow>>>,
@@ -151,8 +190,10 @@ struct Columns<'c> {
 }
 
 impl<'c> Columns<'c> {
-    fn of(calls: &'c [Begin], round: &[usize]) -> Result<Self, TxError> {
+    /// The calls of `round`, the sessions they start in `sessions`.
+    fn of(calls: &'c [Begin], round: &[usize], sessions: &[uuid::Uuid]) -> Result<Self, TxError> {
         let mut c = Columns {
+            ids: Vec::new(),
             groups: Vec::new(),
             details: Vec::new(),
             connections: Vec::new(),
@@ -162,19 +203,36 @@ impl<'c> Columns<'c> {
             incarnations: Vec::new(),
             revisions: Vec::new(),
         };
-        for &i in round {
+        for (&i, &session) in round.iter().zip(sessions) {
             let (reg, owner) = &calls[i];
+            c.ids.push(&reg.node_id);
             c.groups.push(reg.group.as_deref());
             c.details.push(details_json(&reg.connection_details));
             c.connections
                 .push(connections_json(&reg.reported_connections));
             c.names.push(names_json(&reg.reported_routes));
-            c.sessions.push(chosen_or_new(reg.session_id));
+            c.sessions.push(session);
             c.owners.push(&owner.id);
             c.incarnations.push(to_i64(owner.incarnation)?);
             c.revisions.push(reg.revision.as_i16());
         }
         Ok(c)
+    }
+
+    /// `$1..$10` of [`START_NEW_LOCK_OTHERS`] and [`START_SESSIONS`].
+    fn params<'p>(&'p self, state: &'p &'static str) -> [&'p (dyn ToSql + Sync); 10] {
+        [
+            &self.ids,
+            &self.groups,
+            &self.details,
+            &self.connections,
+            &self.names,
+            &self.sessions,
+            &self.owners,
+            &self.incarnations,
+            &self.revisions,
+            state,
+        ]
     }
 }
 

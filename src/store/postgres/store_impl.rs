@@ -35,7 +35,8 @@ impl PgStore {
             .run(write("begin_late_session"), args, |db, (reg, owner)| {
                 Box::pin(async move {
                     let started = nodes::begin_session(db, reg, owner).await?;
-                    notify::node_changed(db, &reg.node_id).await?;
+                    // As in a group's registrations (`replacing`).
+                    notified(db, &reg.node_id, started.replaced.is_some()).await?;
                     Ok(started)
                 })
             })
