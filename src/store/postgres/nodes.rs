@@ -11,7 +11,7 @@ use super::rows::{
     connections_json, departure_kind_sql, details_json, names_json, node_columns, node_from,
     session_from, session_state_sql, to_i64, to_u64,
 };
-use super::tx::{Db, TxError, execute, query, query_map, query_one, query_opt};
+use super::tx::{Db, TxError, custom_plans, execute, query, query_map, query_one, query_opt};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::store::model::{
@@ -96,13 +96,16 @@ pub(super) async fn begin_session(
 /// The desired states of those of `nodes` that have any, by node. Its
 /// two statements may see different commits (READ COMMITTED, in a
 /// registration's transaction): routes are kept only over the links the
-/// first one saw.
+/// first one saw. Both run on custom plans (see [`custom_plans`]).
 pub(super) async fn desired<'n>(
     db: &Db<'_>,
     nodes: &[&'n str],
 ) -> Result<BTreeMap<&'n str, DesiredState>, TxError> {
-    let links = super::links::live_sourced(db, nodes).await?;
-    let routes = super::routes::desired(db, nodes).await?;
+    let (links, routes) = custom_plans(db, async {
+        let links = super::links::live_sourced(db, nodes).await?;
+        Ok((links, super::routes::desired(db, nodes).await?))
+    })
+    .await?;
     let mut out: BTreeMap<&str, DesiredState> = BTreeMap::new();
     let asked: BTreeSet<&'n str> = nodes.iter().copied().collect();
     let owner = |source: &str| asked.get(source).copied();
