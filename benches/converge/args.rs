@@ -27,6 +27,8 @@ usage: cargo bench --bench converge -- [options]
   --timeout SECS                   bound on each convergence
   --store-ops                      where each Postgres setup's store time went
   --storm                          kill -9 the busiest follower once converged
+  --rounds N                       run every row N times, interleaved, and
+                                   summarize each row's times and ratios
 SLIM_CP_BENCH_RUST_LOG sets the control planes' log filter (default: info).
 ";
 
@@ -110,6 +112,8 @@ pub struct Args {
     /// Kill the busiest follower of each cluster once converged, and time
     /// the reconnect storm (`--storm`).
     pub storm: bool,
+    /// Times each row is run, round after round (`--rounds`).
+    pub rounds: usize,
     dbs: Vec<Db>,
     replicas: Vec<usize>,
 }
@@ -145,6 +149,7 @@ pub fn parse_args() -> Result<Args> {
         nodes_per_connection: DEFAULT_NODES_PER_CONNECTION,
         store_ops: false,
         storm: false,
+        rounds: 1,
         dbs: vec![Db::Memory],
         replicas: vec![1],
     };
@@ -179,6 +184,7 @@ pub fn parse_args() -> Result<Args> {
             "--replicas" => a.replicas = list(&value, parse_replicas)?,
             "--build" => a.builds.push(parse_build(&value)?),
             "--nodes-per-connection" => a.nodes_per_connection = value.parse::<usize>()?.max(1),
+            "--rounds" => a.rounds = value.parse::<usize>()?.max(1),
             other => bail!("unknown argument {other} (see benches/converge/main.rs)"),
         }
         if matches!(flag.as_str(), "--nodes" | "--groups" | "--names") {

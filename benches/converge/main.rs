@@ -18,6 +18,11 @@
 //! registered again elsewhere and the fleet is converged again (a table of
 //! its own, after the main one).
 //!
+//! `--rounds N` runs every row N times, round after round, and adds a
+//! table of each row's times, its ratio to the memory row of the same
+//! round and the medians of both: the way to compare stores or builds on
+//! a machine whose load varies between runs.
+//!
 //! `--nodes-per-connection N` (default 32) sets how many simulated nodes
 //! share one HTTP/2 connection (real nodes have one each: `1`, within the
 //! open-files limit of both processes). `--build LABEL=PATH`, repeated,
@@ -42,6 +47,7 @@ mod args;
 mod common;
 mod deploy;
 mod observe;
+mod rounds;
 mod storm;
 mod table;
 
@@ -73,20 +79,27 @@ async fn main() -> Result<()> {
     println!("configs and logs (log level info): {}", dir.display());
     let mut rows = Vec::new();
     for s in &args.sizes {
-        for setup in &setups {
-            // The reference is one binary; slim-cp's setups run per build.
-            let n = if matches!(setup, Setup::Reference { .. }) {
-                1
-            } else {
-                builds.len()
-            };
-            for build in &builds[..n] {
-                rows.push(run(setup, build, *s, &dir, &args).await?);
+        // Rounds interleave the rows, so that a spell of load on the
+        // machine falls on all of them alike.
+        for round in 0..args.rounds {
+            for setup in &setups {
+                // The reference is one binary; slim-cp's setups run per build.
+                let n = if matches!(setup, Setup::Reference { .. }) {
+                    1
+                } else {
+                    builds.len()
+                };
+                for build in &builds[..n] {
+                    let mut outcome = run(setup, build, *s, &dir, &args).await?;
+                    outcome.round = (args.rounds > 1).then_some(round);
+                    rows.push(outcome);
+                }
             }
         }
     }
     println!();
     table::print(&rows);
+    rounds::print(&rows);
     Ok(())
 }
 
@@ -205,6 +218,7 @@ async fn run(
         db_mb,
         last: w.last,
         storm,
+        round: None,
     })
 }
 

@@ -30,6 +30,8 @@ pub struct Outcome {
     pub last: Counts,
     /// The reconnect storm after it (`--storm`).
     pub storm: Option<Storm>,
+    /// Which round it was run in, with `--rounds` above 1.
+    pub round: Option<usize>,
 }
 
 const HEADER: [&str; 15] = [
@@ -51,7 +53,7 @@ const HEADER: [&str; 15] = [
 ];
 
 const LEGEND: &str = "time ratio: converge time / that of the `slim-cp pg x1` row of the \
-same size and build (the reference: / the `slim-cp memory` row's); `cov`: a row that never \
+same size, build and round (the reference: / the `slim-cp memory` row's); `cov`: a row that never \
 converged, by its covered time; KiB/node: the whole peak RSS (idle RSS included) / nodes";
 
 pub fn print(rows: &[Outcome]) {
@@ -101,7 +103,9 @@ fn baseline<'a>(r: &Outcome, rows: &'a [Outcome]) -> Option<&'a Outcome> {
         (_, Setup::Postgres { replicas, .. }) => *replicas == 1,
         _ => false,
     };
-    let same = |o: &&Outcome| o.size == r.size && (o.build == r.build || o.build.is_empty());
+    let same = |o: &&Outcome| {
+        o.size == r.size && o.round == r.round && (o.build == r.build || o.build.is_empty())
+    };
     rows.iter().filter(same).find(base)
 }
 
@@ -154,6 +158,14 @@ fn cells(r: &Outcome, base: Option<&Outcome>) -> Vec<String> {
 }
 
 fn label(r: &Outcome) -> String {
+    match r.round {
+        Some(round) => format!("{} #{}", row_label(r), round + 1),
+        None => row_label(r),
+    }
+}
+
+/// The setup and build, whatever the round.
+pub fn row_label(r: &Outcome) -> String {
     match r.build.as_str() {
         "" => r.setup.label(),
         build => format!("{} [{build}]", r.setup.label()),
