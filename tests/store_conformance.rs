@@ -587,6 +587,55 @@ mod postgres_backend {
     }
 
     #[tokio::test]
+    async fn pg_a_large_change_set_is_written_whole_and_its_connection_stays_pooled() {
+        let db = fresh_pg_db().await;
+        let others = backend_pids(db.name()).await;
+        let store = PgStore::connect(&pg_url_for(db.name()), 1)
+            .await
+            .expect("connects");
+        let pooled = backend_pids(db.name()).await;
+        assert_eq!(pooled.len(), others.len() + 1, "one pooled connection");
+        // More rows than a statement takes: written in several.
+        let routes: Vec<Route> = (0..2500)
+            .map(|i| mk_route(&format!("r{i:05}"), "l1"))
+            .collect();
+        let ids: Vec<String> = routes.iter().map(|r| r.id.clone()).collect();
+        let put = ChangeSet {
+            fresh: slim_cp::store::Fresh {
+                routes: ids.iter().cloned().collect(),
+                ..Default::default()
+            },
+            put_routes: routes,
+            ..Default::default()
+        };
+        store.apply(put).await.expect("the routes");
+        // A connection closed after the write would be replaced by a new
+        // one, opened before this read could run on the pool of one.
+        store.get_node("a/n1").await.expect("a read");
+        assert_eq!(
+            backend_pids(db.name()).await,
+            pooled,
+            "the write's connection stayed"
+        );
+        let delete = ChangeSet {
+            delete_routes: ids[..1500].to_vec(),
+            ..Default::default()
+        };
+        store.apply(delete).await.expect("the deletes");
+        let left: Vec<String> = (store.routes_sourced("a/n1").await)
+            .expect("the rest")
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(left, ids[1500..], "every put landed, then every delete");
+        assert_eq!(
+            backend_pids(db.name()).await,
+            pooled,
+            "the deletes' connection stayed"
+        );
+    }
+
+    #[tokio::test]
     async fn pg_facts_written_together_are_answered_one_by_one() {
         let db = fresh_pg_db().await;
         let store = db.store();

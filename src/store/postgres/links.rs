@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 use super::rows::{
     LINK_STATUSES, claim_sql, link_columns, link_from, link_status_from, link_status_sql,
 };
-use super::tx::{Db, TxError, WRITE_CHUNK, execute, insert_else, query_map};
+use super::tx::{Db, TxError, WRITE_CHUNK, execute, execute_by_ids, insert_else, query_map};
 use crate::store::model::{Link, LinkAnswer, LinkState};
 use crate::store::sent_status;
 
@@ -113,7 +113,7 @@ pub(super) async fn delete(db: &Db<'_>, ids: &[String]) -> Result<u64, TxError> 
     if ids.is_empty() {
         return Ok(0);
     }
-    execute(db, "DELETE FROM links WHERE link_id = ANY($1)", &[&ids]).await
+    execute_by_ids(db, "DELETE FROM links WHERE link_id = ANY($1)", ids).await
 }
 
 pub(super) async fn list(db: &Db<'_>) -> Result<Vec<Link>, TxError> {

@@ -1,7 +1,7 @@
 //! Routes: desired subscriptions on a source node over one of its links.
 
 use super::rows::{name_id_sql, route_columns, route_from, route_status_sql};
-use super::tx::{Db, TxError, WRITE_CHUNK, execute, insert_else, query_map};
+use super::tx::{Db, TxError, WRITE_CHUNK, execute, execute_by_ids, insert_else, query_map};
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::store::model::{Route, RouteMark};
@@ -83,7 +83,7 @@ pub(super) async fn delete(db: &Db<'_>, ids: &[String]) -> Result<u64, TxError> 
     if ids.is_empty() {
         return Ok(0);
     }
-    execute(db, "DELETE FROM routes WHERE id = ANY($1)", &[&ids]).await
+    execute_by_ids(db, "DELETE FROM routes WHERE id = ANY($1)", ids).await
 }
 
 pub(super) async fn list(db: &Db<'_>) -> Result<Vec<Route>, TxError> {

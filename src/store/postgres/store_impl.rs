@@ -53,11 +53,6 @@ pub(super) fn statement(name: &'static str) -> Op {
     Op::new(name, Mode::Statement)
 }
 
-/// Rows past which a change set is written on a connection of its own
-/// (see [`Op::bulk`]): a first derivation writes the fleet's every link
-/// and route.
-const BULK_ROWS: usize = 1000;
-
 /// A read of a whole table (see [`Op::bulk`]).
 pub(super) fn bulk_read(name: &'static str) -> Op {
     Op {
@@ -397,13 +392,12 @@ impl Store for PgStore {
         if changes.is_empty() {
             return Ok(());
         }
-        let rows = changes.put_links.len() + changes.put_routes.len() + changes.delete_routes.len();
-        let op = Op {
-            bulk: rows >= BULK_ROWS,
-            ..self.derive("apply")
-        };
+        // Never bulk, however large: its statements are of bounded size
+        // (see `WRITE_CHUNK`).
         self.tx
-            .run(op, changes, |db, c| Box::pin(changes::apply(db, c)))
+            .run(self.derive("apply"), changes, |db, c| {
+                Box::pin(changes::apply(db, c))
+            })
             .await
     }
 
