@@ -635,6 +635,108 @@ mod postgres_backend {
         );
     }
 
+    /// `(table, sequential scans, index scans, rows inserted, rows
+    /// updated)` of the test database's fleet tables, as its statistics
+    /// say (a backend reports them within seconds of going idle).
+    async fn table_scans(db: &PgTestDb) -> Vec<(String, i64, i64, i64, i64)> {
+        let rows = (db.client().await)
+            .query(
+                "SELECT relname::text, seq_scan, coalesce(idx_scan, 0), n_tup_ins, n_tup_upd \
+                 FROM pg_stat_user_tables WHERE relname IN ('nodes', 'links', 'routes') \
+                 ORDER BY relname",
+                &[],
+            )
+            .await
+            .expect("pg_stat_user_tables answers");
+        let row = |r: &tokio_postgres::Row| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4));
+        rows.iter().map(row).collect()
+    }
+
+    /// Status writes find their rows by key, not by reading the table:
+    /// each kind runs more often than a connection plans it afresh (the
+    /// sixth run of a statement may take the connection's generic plan).
+    #[tokio::test]
+    async fn pg_status_writes_on_large_tables_never_scan_them() {
+        let db = fresh_pg_db().await;
+        let url = pg_url_for(db.name());
+        let connect = || async { Arc::new(PgStore::connect(&url, 1).await.expect("connects")) };
+        let store = connect().await;
+        let starts: Vec<_> = (0..400)
+            .map(|i| {
+                let (store, node) = (store.clone(), format!("a/n{i:03}"));
+                tokio::spawn(
+                    async move { store.begin_session(mk_registration(&node), owner()).await },
+                )
+            })
+            .collect();
+        let mut sessions = Vec::new();
+        for started in starts {
+            sessions.push(started.await.unwrap().expect("a start").session.id);
+        }
+        let links: Vec<Link> = (0..1000)
+            .map(|i| {
+                let (id, source) = (format!("l{i:04}"), format!("a/n{:03}", i % 400));
+                // One live link per group pair: a pair each.
+                mk_link(&id, &source, ("a", &format!("g{i}")), false)
+            })
+            .collect();
+        let routes: Vec<Route> = (0..3000)
+            .map(|i| mk_route(&format!("r{i:04}"), &format!("l{:04}", i % 1000)))
+            .collect();
+        let put = ChangeSet {
+            put_links: links,
+            put_routes: routes,
+            ..Default::default()
+        };
+        store.apply(put).await.expect("links and routes");
+        // A backend reports its statistics as it ends.
+        drop(store);
+        let patience = Duration::from_secs(30);
+        let inserted = |t: &Vec<(String, i64, i64, i64, i64)>| {
+            t.iter().map(|r| r.3).collect::<Vec<_>>() == [1000, 400, 3000]
+        };
+        let probe = || table_scans(&db);
+        eventually("the setup's statistics", patience, probe, inserted).await;
+        let before = table_scans(&db).await;
+        let store = connect().await;
+        for round in 0..8 {
+            let node = |k: usize| format!("a/n{:03}", round * 2 + k);
+            let marks: Vec<RouteMark> = (0..10)
+                .map(|k| RouteMark {
+                    id: format!("r{:04}", round * 10 + k),
+                    status: RouteStatus::Applied,
+                    message: String::new(),
+                })
+                .collect();
+            assert_eq!(store.mark_routes(&marks).await.expect("marks"), 10);
+            let answer = LinkAnswer {
+                link_id: format!("l{:04}", round * 2),
+                ok: true,
+                message: String::new(),
+            };
+            let sent = store.mark_links_sent(&node(0), &[answer]).await;
+            assert_eq!(sent.expect("an answer"), 1);
+            let (first, second) = (round * 2, round * 2 + 1);
+            let ready = store.mark_ready(&node(0), sessions[first]).await;
+            assert!(ready.expect("ready"));
+            let (claimant, claims) = (node(1), [format!("l{:04}", round)]);
+            let received = store.record_received(&claimant, sessions[second], &claims);
+            received.await.expect("a claim");
+        }
+        drop(store);
+        // 80 routes, 8 links and 8 + 8 nodes written: their statistics are in.
+        let updated = |t: &Vec<(String, i64, i64, i64, i64)>| {
+            let counts = t.iter().map(|r| r.4);
+            counts.zip([8, 16, 80]).all(|(n, want)| n >= want)
+        };
+        eventually("the writes' statistics", patience, probe, updated).await;
+        let after = table_scans(&db).await;
+        for (b, a) in before.iter().zip(&after) {
+            assert_eq!(a.1, b.1, "{} was read whole: {b:?} then {a:?}", a.0);
+            assert!(a.2 > b.2, "{} was not read by key: {b:?} then {a:?}", a.0);
+        }
+    }
+
     #[tokio::test]
     async fn pg_facts_written_together_are_answered_one_by_one() {
         let db = fresh_pg_db().await;

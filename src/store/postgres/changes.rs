@@ -179,7 +179,7 @@ async fn write_consumed(db: &Db<'_>, consumed: &[Consumed]) -> Result<(), TxErro
         db,
         "UPDATE nodes n SET received_links = u.received, reported_connections = u.reported \
          FROM unnest($1::text[], $2::jsonb[], $3::jsonb[]) AS u(id, received, reported) \
-         WHERE n.id = u.id",
+         WHERE n.id = ANY($1) AND n.id = u.id",
         &[&ids, &received, &reported],
     )
     .await?;

@@ -189,7 +189,8 @@ static MARK_SENT: LazyLock<String> = LazyLock::new(|| {
            updated_at = CASE WHEN {next} <> l.status OR u.msg <> l.status_msg \
              THEN now() ELSE l.updated_at END \
          FROM unnest($1::text[], $2::text[], $3::bool[], $4::text[]) AS u(id, source, ok, msg) \
-         WHERE l.link_id = u.id AND l.source_node = u.source AND NOT l.deleted"
+         WHERE l.link_id = ANY($1) AND l.link_id = u.id AND l.source_node = u.source \
+           AND NOT l.deleted"
     )
 });
 

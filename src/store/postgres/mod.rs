@@ -13,6 +13,11 @@
 //! written from any replica; derivations (links, routes, claim consumption,
 //! cleanup) are the leader's and are fenced when the store is obtained
 //! through [`PgStore::with_fence`].
+//!
+//! A statement that updates rows from `unnest` arrays also filters the
+//! table by `key = ANY($1)`, so that a plan may look the keys up rather
+//! than join the arrays with the whole table; the status writes of a
+//! reconcile's record make every plan do so (see `tx::relaxed`).
 
 mod changes;
 mod domains;

@@ -145,7 +145,7 @@ pub(super) async fn mark_ready_all(
         db,
         "UPDATE nodes SET session_state = $3, updated_at = now() \
          FROM unnest($1::text[], $2::uuid[]) AS t(id, sid) \
-         WHERE nodes.id = t.id AND nodes.session_id = t.sid \
+         WHERE nodes.id = ANY($1) AND nodes.id = t.id AND nodes.session_id = t.sid \
          RETURNING nodes.id, nodes.session_id",
         &[&ids, &sessions, &session_state_sql(SessionState::Ready)],
     )
@@ -200,7 +200,8 @@ pub(super) async fn record_received_all(
     execute(
         db,
         "UPDATE nodes SET received_links = t.r, updated_at = now() \
-         FROM unnest($1::text[], $2::jsonb[]) AS t(id, r) WHERE nodes.id = t.id",
+         FROM unnest($1::text[], $2::jsonb[]) AS t(id, r) \
+         WHERE nodes.id = ANY($1) AND nodes.id = t.id",
         &[&ids, &lists],
     )
     .await?;

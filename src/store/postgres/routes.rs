@@ -136,7 +136,7 @@ pub(super) async fn mark<'m>(
         "UPDATE routes r SET updated_at = CASE WHEN r.status <> u.status OR r.status_msg <> u.msg \
            THEN now() ELSE r.updated_at END, status = u.status, status_msg = u.msg \
          FROM unnest($1::text[], $2::text[], $3::text[]) AS u(id, status, msg) \
-         WHERE r.id = u.id",
+         WHERE r.id = ANY($1) AND r.id = u.id",
         &[&ids, &status, &messages],
     )
     .await?;

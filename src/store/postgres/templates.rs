@@ -49,7 +49,7 @@ const SET: &str = "INSERT INTO templates \
 const WITHDRAW: &str = "DELETE FROM templates t \
      USING unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) \
        AS w(node, c0, c1, c2, id) \
-     WHERE t.node = w.node AND t.component0 = w.c0 AND t.component1 = w.c1 \
+     WHERE t.node = ANY($1) AND t.node = w.node AND t.component0 = w.c0 AND t.component1 = w.c1 \
        AND t.component2 = w.c2 AND coalesce(t.name_id, '') = w.id";
 
 /// One node's announcement: `(node, session, set, withdrawn)`.

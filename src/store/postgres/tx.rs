@@ -413,13 +413,19 @@ async fn fenced<'a, T>(db: &'a Db<'_>, epoch: u64, body: TxFuture<'a, T>) -> Res
 /// arrays' true length and, on a table of a few thousand rows, joined
 /// them by scanning the whole table (1.0-1.3 ms for a gateway's 98 route
 /// marks among 4,900 routes, against 0.44 ms by the primary key). A
-/// generic plan assumes a short array and looks each id up.
+/// generic plan assumes a short array, but a connection keeps the one it
+/// made first, costed on the table as it was then: made while a fresh
+/// fleet's routes were a few hundred, it hashed the marks against the
+/// whole table, and at 10,000 nodes every mark read 19,800 routes (a
+/// second of the server's time in a convergence). With sequential scans
+/// off for the transaction, every plan looks the ids up by key.
 pub(super) async fn relaxed<T>(
     db: &Db<'_>,
     work: impl Future<Output = Result<T, TxError>>,
 ) -> Result<T, TxError> {
     const SQL: &str = "SELECT set_config('synchronous_commit', 'off', true), \
-         set_config('plan_cache_mode', 'force_generic_plan', true)";
+         set_config('plan_cache_mode', 'force_generic_plan', true), \
+         set_config('enable_seqscan', 'off', true)";
     Ok(ahead_of(db, SQL, &[], work).await?.1)
 }
 
