@@ -82,6 +82,14 @@ mod postgres_backend {
         }
     }
 
+    /// A store of its own on the test database, its pool `size`
+    /// connections (opened in full before it returns).
+    async fn own_store(db: &PgTestDb, size: usize) -> PgStore {
+        PgStore::connect(&pg_url_for(db.name()), size)
+            .await
+            .expect("connects")
+    }
+
     /// Runs `statement` on the test database as the admin user.
     async fn sql(db: &PgTestDb, statement: &str) {
         let client = db.client().await;
@@ -193,7 +201,7 @@ mod postgres_backend {
         sql(&db, &on).await;
         let auto = format!("ALTER DATABASE {} SET plan_cache_mode = auto", db.name());
         sql(&db, &auto).await;
-        let store = PgStore::connect(&pg_url_for(db.name()), 2).await.unwrap();
+        let store = own_store(&db, 2).await;
         let leader = store.with_fence(0);
         leader
             .apply(ChangeSet {
@@ -536,9 +544,7 @@ mod postgres_backend {
         let db = fresh_pg_db().await;
         // The test database's own store holds sessions of its own.
         let others = backend_pids(db.name()).await;
-        let store = PgStore::connect(&pg_url_for(db.name()), 2)
-            .await
-            .expect("connects");
+        let store = own_store(&db, 2).await;
         let pooled: BTreeSet<i32> = backend_pids(db.name())
             .await
             .difference(&others)
@@ -590,9 +596,7 @@ mod postgres_backend {
     async fn pg_a_large_change_set_is_written_whole_and_its_connection_stays_pooled() {
         let db = fresh_pg_db().await;
         let others = backend_pids(db.name()).await;
-        let store = PgStore::connect(&pg_url_for(db.name()), 1)
-            .await
-            .expect("connects");
+        let store = own_store(&db, 1).await;
         let pooled = backend_pids(db.name()).await;
         assert_eq!(pooled.len(), others.len() + 1, "one pooled connection");
         // More rows than a statement takes: written in several.
@@ -635,10 +639,19 @@ mod postgres_backend {
         );
     }
 
-    /// `(table, sequential scans, index scans, rows inserted, rows
-    /// updated)` of the test database's fleet tables, as its statistics
-    /// say (a backend reports them within seconds of going idle).
-    async fn table_scans(db: &PgTestDb) -> Vec<(String, i64, i64, i64, i64)> {
+    /// A fleet table's counters, as the test database's statistics say
+    /// (a backend reports them as it ends, or within seconds of going idle).
+    #[derive(Debug)]
+    struct TableStats {
+        table: String,
+        seq_scans: i64,
+        index_scans: i64,
+        inserted: i64,
+        updated: i64,
+    }
+
+    /// The statistics of `links`, `nodes` and `routes`, in that order.
+    async fn table_stats(db: &PgTestDb) -> Vec<TableStats> {
         let rows = (db.client().await)
             .query(
                 "SELECT relname::text, seq_scan, coalesce(idx_scan, 0), n_tup_ins, n_tup_upd \
@@ -648,8 +661,14 @@ mod postgres_backend {
             )
             .await
             .expect("pg_stat_user_tables answers");
-        let row = |r: &tokio_postgres::Row| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4));
-        rows.iter().map(row).collect()
+        let stats = |r: &tokio_postgres::Row| TableStats {
+            table: r.get(0),
+            seq_scans: r.get(1),
+            index_scans: r.get(2),
+            inserted: r.get(3),
+            updated: r.get(4),
+        };
+        rows.iter().map(stats).collect()
     }
 
     /// Status writes find their rows by key, not by reading the table:
@@ -658,9 +677,7 @@ mod postgres_backend {
     #[tokio::test]
     async fn pg_status_writes_on_large_tables_never_scan_them() {
         let db = fresh_pg_db().await;
-        let url = pg_url_for(db.name());
-        let connect = || async { Arc::new(PgStore::connect(&url, 1).await.expect("connects")) };
-        let store = connect().await;
+        let store = Arc::new(own_store(&db, 1).await);
         let starts: Vec<_> = (0..400)
             .map(|i| {
                 let (store, node) = (store.clone(), format!("a/n{i:03}"));
@@ -692,13 +709,13 @@ mod postgres_backend {
         // A backend reports its statistics as it ends.
         drop(store);
         let patience = Duration::from_secs(30);
-        let inserted = |t: &Vec<(String, i64, i64, i64, i64)>| {
-            t.iter().map(|r| r.3).collect::<Vec<_>>() == [1000, 400, 3000]
+        let inserted = |t: &Vec<TableStats>| {
+            t.iter().map(|s| s.inserted).collect::<Vec<_>>() == [1000, 400, 3000]
         };
-        let probe = || table_scans(&db);
+        let probe = || table_stats(&db);
         eventually("the setup's statistics", patience, probe, inserted).await;
-        let before = table_scans(&db).await;
-        let store = connect().await;
+        let before = table_stats(&db).await;
+        let store = own_store(&db, 1).await;
         for round in 0..8 {
             let node = |k: usize| format!("a/n{:03}", round * 2 + k);
             let marks: Vec<RouteMark> = (0..10)
@@ -725,15 +742,22 @@ mod postgres_backend {
         }
         drop(store);
         // 80 routes, 8 links and 8 + 8 nodes written: their statistics are in.
-        let updated = |t: &Vec<(String, i64, i64, i64, i64)>| {
-            let counts = t.iter().map(|r| r.4);
+        let updated = |t: &Vec<TableStats>| {
+            let counts = t.iter().map(|s| s.updated);
             counts.zip([8, 16, 80]).all(|(n, want)| n >= want)
         };
         eventually("the writes' statistics", patience, probe, updated).await;
-        let after = table_scans(&db).await;
+        let after = table_stats(&db).await;
         for (b, a) in before.iter().zip(&after) {
-            assert_eq!(a.1, b.1, "{} was read whole: {b:?} then {a:?}", a.0);
-            assert!(a.2 > b.2, "{} was not read by key: {b:?} then {a:?}", a.0);
+            let t = &a.table;
+            assert_eq!(
+                a.seq_scans, b.seq_scans,
+                "{t} was read whole: {b:?} then {a:?}"
+            );
+            assert!(
+                a.index_scans > b.index_scans,
+                "{t} was not read by key: {b:?} then {a:?}"
+            );
         }
     }
 
@@ -902,7 +926,7 @@ mod postgres_backend {
         Fut: std::future::Future<Output = ()>,
     {
         let (before, hot_before) = updates_of(db, table, 0).await;
-        let store = PgStore::connect(&pg_url_for(db.name()), 1).await.unwrap();
+        let store = own_store(db, 1).await;
         write(store).await;
         let (after, hot_after) = updates_of(db, table, before + updates).await;
         assert_eq!(after - before, updates, "every row rewritten once");
