@@ -148,9 +148,11 @@ async fn a_source_never_dials_a_destination_that_has_no_session() {
 on_both_backends! {
 /// Scenario: the store no longer knows that a gateway holds a route (its
 /// status is Pending again, as when a database crash loses a record's
-/// asynchronous commit), and the gateway's next reconcile sends a command
-/// for a new name. The route it already holds is recorded Applied with
-/// that command's answers, in the same write.
+/// asynchronous commit; the crash also breaks the leader's wake-up
+/// listener, whose reconnect asks for a full resync), and the gateway's
+/// next reconcile sends a command for a new name. The route it already
+/// holds is recorded Applied with that command's answers, in the same
+/// write.
 async fn a_route_already_held_is_recorded_with_the_next_commands_answers() {
     let (cp, fleet, _) = two_groups(1, 1).await;
     let announcer = fleet.node("b/n0").unwrap();
@@ -165,6 +167,7 @@ async fn a_route_already_held_is_recorded_with_the_next_commands_answers() {
         .collect();
     assert_eq!(forgotten.len(), 1);
     cp.store.mark_routes(&forgotten).await.unwrap();
+    cp.inbox.resync();
     announcer.announce(["org", "ns", "more"]).unwrap();
     wait_routes(&cp, &fleet, "more", &["a/n0"]).await;
     let routes = cp.store.list_routes().await.unwrap();

@@ -16,7 +16,8 @@ use slim_cp::config::{AdjacencyEntry, TopologyConfig};
 use slim_cp::reconcile::derive::{Planned, commit, plan};
 use slim_cp::reconcile::working::{LinkWrites, Rows, WorkingState};
 use slim_cp::store::model::{
-    ConnectionDetail, DepartureKind, LinkAnswer, Name, Registration, ReplicaRef,
+    ConnectionDetail, DepartureKind, Link, LinkAnswer, Name, Registration, ReplicaRef, Route,
+    RouteStatus,
 };
 use slim_cp::store::{ChangeSet, MemoryStore, Store};
 
@@ -27,6 +28,10 @@ const GROUPS: usize = 4;
 /// something: the histories must make some, or the comparison proves
 /// nothing.
 static NARROW_CHANGES: AtomicUsize = AtomicUsize::new(0);
+
+/// Nodes whose rows in the reconcilers' view were compared with the
+/// store's.
+static VIEWS_COMPARED: AtomicUsize = AtomicUsize::new(0);
 
 /// One thing that happens to the store between or during leader batches.
 #[derive(Debug, Clone)]
@@ -273,15 +278,70 @@ impl World {
             .map_err(fail)?;
         let full = Rows::load(store.as_ref()).await.map_err(fail)?;
         prop_assert_eq!(self.state.rows(), Some(&full));
-        // Every node the rows name has desired state for the reconcilers.
-        let involved = self.state.involved();
-        let link_ends = full
-            .links
-            .iter()
-            .flat_map(|l| std::iter::once(l.source_node.as_str()).chain(l.dest_node.as_deref()));
-        for n in link_ends.chain(full.routes.iter().map(|(_, source)| source)) {
-            prop_assert!(!involved.surely_bare(n), "{n} has rows but reads as bare");
+        // What reconcilers read of each node equals the store's rows.
+        let nodes: BTreeSet<&str> = (full.nodes.iter().map(|n| n.id.as_str()))
+            .chain(full.links.iter().map(|l| l.source_node.as_str()))
+            .chain(full.links.iter().filter_map(|l| l.dest_node.as_deref()))
+            .chain(full.routes.iter().map(|(_, source)| source))
+            .collect();
+        for n in nodes {
+            self.same_view(store.as_ref(), n).await?;
         }
+        Ok(())
+    }
+
+    /// The view's rows of `node` are the store's, but for what a reconcile
+    /// does not read (statuses, messages, times), and a route the view
+    /// holds as applied is applied in the store.
+    async fn same_view(&self, store: &dyn Store, node: &str) -> Result<(), TestCaseError> {
+        let Some(seen) = self.state.view().of(node) else {
+            return Err(fail(format!(
+                "the view is silent for {node} after a refresh"
+            )));
+        };
+        let (links, routes) = store.reconcile_view(node).await.map_err(fail)?;
+        let link_key = |l: &Link| {
+            let endpoint = (l.dest_endpoint.clone(), l.config_data.clone());
+            (
+                l.link_id.clone(),
+                l.source_node.clone(),
+                l.dest_node.clone(),
+                l.deleted,
+                endpoint,
+            )
+        };
+        let mut viewed: Vec<_> = seen.links.iter().map(link_key).collect();
+        viewed.sort();
+        prop_assert_eq!(
+            viewed,
+            links.iter().map(link_key).collect::<Vec<_>>(),
+            "links of {}",
+            node
+        );
+        let route_key = |r: &Route| {
+            (
+                r.id.clone(),
+                r.link_id.clone(),
+                r.name.clone(),
+                r.dest_node.clone(),
+            )
+        };
+        let viewed: Vec<_> = seen.routes.iter().map(route_key).collect();
+        prop_assert_eq!(
+            viewed,
+            routes.iter().map(route_key).collect::<Vec<_>>(),
+            "routes of {}",
+            node
+        );
+        for (v, s) in seen.routes.iter().zip(&routes) {
+            let applied = RouteStatus::Applied;
+            prop_assert!(
+                v.status != applied || s.status == applied,
+                "{} marked ahead",
+                v.id
+            );
+        }
+        VIEWS_COMPARED.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -338,6 +398,8 @@ where
     if let Err(e) = outcome {
         panic!("{e}");
     }
+    let compared = VIEWS_COMPARED.swap(0, Ordering::Relaxed);
+    assert!(compared >= cases as usize, "only {compared} views compared");
     let narrow = NARROW_CHANGES.swap(0, Ordering::Relaxed);
     assert!(
         narrow >= cases as usize,

@@ -6,7 +6,6 @@ pub mod backoff;
 pub mod db_clock;
 pub mod derive;
 pub mod diff;
-pub mod involved;
 pub mod leader;
 pub mod lifecycle;
 pub mod node;
@@ -14,6 +13,8 @@ pub mod pacing;
 pub mod queue;
 pub mod stranded;
 pub mod supervisor;
+pub mod view;
+pub mod workers;
 pub mod working;
 
 pub use leader::Leader;

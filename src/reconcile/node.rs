@@ -10,15 +10,16 @@ use std::time::Duration;
 use tracing::{debug, info, warn};
 
 use super::diff::{self, Live, Step};
-use super::involved::Involved;
 use super::queue::{Outcome, WorkQueue};
 use super::stranded::{self, Stranded};
+use super::view::{DesiredView, NodeRows, ViewRoute};
+use super::workers::Run;
 use super::working::LinkWrites;
 use crate::cluster::LeaderToken;
 use crate::names;
 use crate::ops::Metrics;
 use crate::proto::sb;
-use crate::store::model::{Link, LinkAnswer, Route, RouteMark, RouteStatus};
+use crate::store::model::{Link, LinkAnswer, RouteMark, RouteStatus};
 use crate::store::{Store, StoreError};
 use crate::transport::{Target, Transport, TransportError};
 
@@ -35,9 +36,9 @@ pub struct Reconciler {
     pub store: Arc<dyn Store>,
     /// Where the links it writes are named for the leader's working state.
     pub link_writes: Arc<LinkWrites>,
-    /// Which nodes have desired state: a reconcile of any other node
-    /// reads nothing from the store.
-    pub involved: Arc<Involved>,
+    /// The desired state as the leader holds it: a reconcile reads its
+    /// node's rows there, and from the store only when it is silent.
+    pub view: Arc<DesiredView>,
     pub transport: Arc<Transport>,
     /// The term the commands are issued under.
     pub token: LeaderToken,
@@ -95,9 +96,33 @@ pub fn policy(node: &str, err: &ReconcileError, token: &LeaderToken) -> Outcome 
 }
 
 impl Reconciler {
-    pub async fn run(&self, node: &str) -> Outcome {
+    /// Reconciles `node`: its own part (its tables, the command) in this
+    /// run, the record of what it answered as the run's tail (see
+    /// [`super::workers`]), so that the worker can go on to the next node
+    /// while the record is written.
+    pub async fn run(self: Arc<Self>, node: String) -> Run {
         let started = tokio::time::Instant::now();
-        let (outcome, label) = match self.reconcile(node).await {
+        match self.command(&node).await {
+            Ok(Commanded::Settled(outcome)) => {
+                Run::Done(self.finished(&node, started, Ok(outcome)))
+            }
+            Err(e) => Run::Done(self.finished(&node, started, Err(e))),
+            Ok(Commanded::ToRecord(sent)) => Run::Tail(Box::pin(async move {
+                let recorded = self.record_sent(&node, sent).await;
+                self.finished(&node, started, recorded)
+            })),
+        }
+    }
+
+    /// Counts a reconcile that began at `started` and maps its result to
+    /// the queue's next action.
+    fn finished(
+        &self,
+        node: &str,
+        started: tokio::time::Instant,
+        result: Result<Outcome, ReconcileError>,
+    ) -> Outcome {
+        let (outcome, label) = match result {
             Ok(outcome) => (outcome, outcome_label(outcome)),
             Err(e) => (policy(node, &e, &self.token), error_label(&e)),
         };
@@ -111,7 +136,9 @@ impl Reconciler {
         outcome
     }
 
-    async fn reconcile(&self, node: &str) -> Result<Outcome, ReconcileError> {
+    /// The node's part: compares its tables with the desired state and
+    /// sends the command that closes the gap, if any.
+    async fn command(&self, node: &str) -> Result<Commanded, ReconcileError> {
         let t0 = tokio::time::Instant::now();
         // The node's tables and the desired state are independent: one
         // round trip's wait (the longer of the two), not two in a row.
@@ -119,12 +146,16 @@ impl Reconciler {
         let (target, conns, live_routes) = match looked {
             Ok(found) => found,
             // Not connected anywhere: its next registration enqueues it.
-            Err(TransportError::NotConnected(_)) => return Ok(Outcome::Done),
+            Err(TransportError::NotConnected(_)) => return Ok(Commanded::Settled(Outcome::Done)),
             Err(e) => return Err(e.into()),
         };
-        let (mut links, routes) = desired?;
+        let NodeRows {
+            mut links,
+            routes,
+            entries,
+        } = desired?;
         links.extend(self.dialed_elsewhere(&links, &conns).await?);
-        let t2 = t0.elapsed();
+        let looked = t0.elapsed();
         let live = Live {
             connections: &conns,
             routes: &live_routes,
@@ -139,56 +170,73 @@ impl Reconciler {
             .collect();
         step.drop_links(node, &links, flagged);
         step.defer_links(&self.dead_ends(&links, &step).await);
-        let already: Vec<RouteMark> = step
-            .already
-            .iter()
-            .map(|id| RouteMark {
-                id: id.clone(),
-                status: RouteStatus::Applied,
-                message: String::new(),
-            })
-            .collect();
+        let outcome = next_outcome(&step);
         // Routes the node already holds, tombstones it no longer does:
         // recorded with the command's answers (one write, not two), or
         // alone when there is no command.
         let seen = Seen {
-            marks: already,
+            marks: step.already.iter().map(|id| applied(id)).collect(),
             gone: std::mem::take(&mut step.gone),
         };
-        if step.has_command() {
-            let ack = self
-                .transport
-                .command_at(&target, step.command.clone(), &self.token)
-                .await?;
-            let t3 = t0.elapsed();
-            self.strand(node, &links, &stranded::refused_removals(&step, &ack))
-                .await;
-            self.record(node, &step, &ack, seen, &links, &again).await?;
-            debug!(node, looked = ?t2, commanded = ?t3, total = ?t0.elapsed(), "reconciled with a command");
-        } else {
-            let noted = self
-                .store
-                .record_acknowledgement(node, &[], &seen.marks, &seen.gone)
-                .await;
-            self.link_writes.wrote(&seen.gone);
-            noted?;
-        }
-        Ok(if !step.dropping.is_empty() {
-            Outcome::RequeueAfter(RECREATE_AFTER)
-        } else if step.deferred > 0 {
-            Outcome::RequeueAfter(DEFER)
-        } else {
-            Outcome::Done
-        })
+        let ack = match step.has_command() {
+            true => Some(
+                self.transport
+                    .command_at(&target, step.command.clone(), &self.token)
+                    .await?,
+            ),
+            false if seen.marks.is_empty() && seen.gone.is_empty() => {
+                return Ok(Commanded::Settled(outcome));
+            }
+            false => None,
+        };
+        Ok(Commanded::ToRecord(Box::new(Sent {
+            step,
+            ack,
+            seen,
+            links,
+            entries,
+            again,
+            outcome,
+            t0,
+            looked,
+            commanded: t0.elapsed(),
+        })))
     }
 
-    /// The links touching `node` and the routes it sources; none, without
-    /// asking the store, for a node the leader knows has none.
-    async fn desired(&self, node: &str) -> Result<(Vec<Link>, Vec<Route>), StoreError> {
-        if self.involved.surely_bare(node) {
-            return Ok((Vec::new(), Vec::new()));
+    /// Records what the node answered (or, without a command, what it was
+    /// seen to hold); the reconcile's outcome once written.
+    async fn record_sent(&self, node: &str, sent: Box<Sent>) -> Result<Outcome, ReconcileError> {
+        let Some(ack) = &sent.ack else {
+            let seen = &sent.seen;
+            self.write_record(node, &[], &seen.marks, &seen.gone, &sent.entries)
+                .await?;
+            return Ok(sent.outcome);
+        };
+        let refused = stranded::refused_removals(&sent.step, ack);
+        self.strand(node, &sent.links, &refused).await;
+        self.record(node, &sent, ack).await?;
+        debug!(
+            node,
+            looked = ?sent.looked,
+            commanded = ?sent.commanded,
+            total = ?sent.t0.elapsed(),
+            "reconciled with a command"
+        );
+        Ok(sent.outcome)
+    }
+
+    /// The links touching `node` and the routes it sources: from the
+    /// view, or from the store when the view cannot tell.
+    async fn desired(&self, node: &str) -> Result<NodeRows, StoreError> {
+        if let Some(rows) = self.view.of(node) {
+            return Ok(rows);
         }
-        self.store.reconcile_view(node).await
+        let (links, routes) = self.store.reconcile_view(node).await?;
+        Ok(NodeRows {
+            links,
+            routes,
+            entries: Vec::new(),
+        })
     }
 
     /// The links of another source whose outgoing connection the node
@@ -307,33 +355,48 @@ impl Reconciler {
     async fn record(
         &self,
         node: &str,
-        step: &Step,
+        sent: &Sent,
         ack: &sb::ConfigurationCommandAck,
-        seen: Seen,
-        links: &[Link],
-        again: &[String],
     ) -> Result<(), ReconcileError> {
         let mut failures = Vec::new();
-        let (answers, acked_gone) = link_answers(step, ack, &mut failures);
-        self.recreated(node, &answers, links, again);
+        let (answers, acked_gone) = link_answers(&sent.step, ack, &mut failures);
+        self.recreated(node, &answers, &sent.links, &sent.again);
         for l in &acked_gone {
             self.stranded.clear(l);
         }
-        let (mut marks, mut gone) = (seen.marks, seen.gone);
-        marks.extend(route_marks(step, ack, &mut failures));
+        let mut marks = sent.seen.marks.clone();
+        marks.extend(route_marks(&sent.step, ack, &mut failures));
+        let mut gone = sent.seen.gone.clone();
         gone.extend(acked_gone);
-        let recorded = self
-            .store
-            .record_acknowledgement(node, &answers, &marks, &gone)
-            .await;
-        // Named even when the write failed: its outcome is unknown.
-        self.link_writes
-            .wrote(answers.iter().map(|a| &a.link_id).chain(&gone));
-        recorded?;
+        self.write_record(node, &answers, &marks, &gone, &sent.entries)
+            .await?;
         match failures.is_empty() {
             true => Ok(()),
             false => Err(ReconcileError::Refused(failures.join("; "))),
         }
+    }
+
+    /// Writes a reconcile's record and, once it is written, applies it to
+    /// the view (the routes as the reconcile read them: `entries`).
+    async fn write_record(
+        &self,
+        node: &str,
+        answers: &[LinkAnswer],
+        marks: &[RouteMark],
+        gone: &[String],
+        entries: &[Arc<ViewRoute>],
+    ) -> Result<(), StoreError> {
+        let recorded = self
+            .store
+            .record_acknowledgement(node, answers, marks, gone)
+            .await;
+        // Named even when the write failed: its outcome is unknown.
+        self.link_writes
+            .wrote(answers.iter().map(|a| &a.link_id).chain(gone));
+        recorded?;
+        self.view.marked(entries, marks);
+        self.view.dropped(gone);
+        Ok(())
     }
 }
 
@@ -342,6 +405,52 @@ impl Reconciler {
 struct Seen {
     marks: Vec<RouteMark>,
     gone: Vec<String>,
+}
+
+/// How the node's part of a reconcile ended.
+enum Commanded {
+    /// With nothing to record.
+    Settled(Outcome),
+    /// With answers (or sightings) to record.
+    ToRecord(Box<Sent>),
+}
+
+/// A reconcile whose node's part is done, to be recorded.
+struct Sent {
+    step: Step,
+    /// The node's answer to the command, if one was sent.
+    ack: Option<sb::ConfigurationCommandAck>,
+    seen: Seen,
+    links: Vec<Link>,
+    /// The node's routes as read from the view, to mark there.
+    entries: Vec<Arc<ViewRoute>>,
+    /// Flagged links the command creates again.
+    again: Vec<String>,
+    outcome: Outcome,
+    t0: tokio::time::Instant,
+    looked: Duration,
+    commanded: Duration,
+}
+
+/// The queue's next action for a step that was carried out: look again
+/// soon to re-create dropped links, later for deferred routes.
+fn next_outcome(step: &Step) -> Outcome {
+    if !step.dropping.is_empty() {
+        Outcome::RequeueAfter(RECREATE_AFTER)
+    } else if step.deferred > 0 {
+        Outcome::RequeueAfter(DEFER)
+    } else {
+        Outcome::Done
+    }
+}
+
+/// The mark of a route the node was seen to hold.
+fn applied(id: &str) -> RouteMark {
+    RouteMark {
+        id: id.to_string(),
+        status: RouteStatus::Applied,
+        message: String::new(),
+    }
 }
 
 fn outcome_label(o: Outcome) -> &'static str {

@@ -22,15 +22,12 @@
 //! (the earliest deadline); delays spawn no tasks.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::future::Future;
 use std::pin::pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::backoff::retry_delay;
@@ -469,7 +466,7 @@ impl WorkQueue {
         self.done(key);
     }
 
-    fn settle(&self, key: &str, outcome: Outcome) {
+    pub(super) fn settle(&self, key: &str, outcome: Outcome) {
         if outcome != Outcome::Done {
             let mut s = self.lock();
             if s.processing.get(key) == Some(&Lane::Urgent) {
@@ -539,63 +536,6 @@ impl WorkQueue {
 
     pub fn counters(&self) -> QueueCounters {
         self.lock().counters
-    }
-}
-
-/// Spawns `workers` tasks, each looping `get` → `handler` → `finish` until
-/// the queue shuts down or `cancel` fires. On `cancel`, a running handler is
-/// dropped at its next await point: leader work must stop when leadership
-/// is lost. Whatever way a handler ends (even a panic), its key is `done`.
-pub fn run_workers<H, Fut>(
-    queue: Arc<WorkQueue>,
-    workers: usize,
-    cancel: CancellationToken,
-    handler: H,
-) -> Vec<JoinHandle<()>>
-where
-    H: Fn(String) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Outcome> + Send + 'static,
-{
-    let handler = Arc::new(handler);
-    (0..workers)
-        .map(|_| tokio::spawn(work(queue.clone(), cancel.clone(), handler.clone())))
-        .collect()
-}
-
-async fn work<H, Fut>(queue: Arc<WorkQueue>, cancel: CancellationToken, handler: Arc<H>)
-where
-    H: Fn(String) -> Fut,
-    Fut: Future<Output = Outcome>,
-{
-    while let Some(key) = next_key(&queue, &cancel).await {
-        let claim = Claim { queue: &queue, key };
-        tokio::select! {
-            biased;
-            () = cancel.cancelled() => return,
-            outcome = handler(claim.key.clone()) => queue.settle(&claim.key, outcome),
-        }
-    }
-}
-
-async fn next_key(queue: &WorkQueue, cancel: &CancellationToken) -> Option<String> {
-    tokio::select! {
-        biased;
-        () = cancel.cancelled() => None,
-        key = queue.get() => key,
-    }
-}
-
-/// A key held by a worker. Dropping it calls `done`, so no exit path (a
-/// cancelled or panicking handler included) leaves the key processing
-/// forever, which would block it for good.
-struct Claim<'a> {
-    queue: &'a WorkQueue,
-    key: String,
-}
-
-impl Drop for Claim<'_> {
-    fn drop(&mut self) {
-        self.queue.done(&self.key);
     }
 }
 

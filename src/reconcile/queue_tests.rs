@@ -13,6 +13,8 @@ use tokio::time::{Instant, advance};
 use tokio_util::sync::CancellationToken;
 
 use super::*;
+use crate::reconcile::workers::{Run, run_workers};
+use tokio::task::JoinHandle;
 
 pub(super) const MS: Duration = Duration::from_millis(1);
 
@@ -546,4 +548,98 @@ async fn a_done_urgent_key_added_again_is_routine() {
     q.add("b");
     q.add("a");
     assert_eq!(get_all_due(&q).await, ["b", "a"]);
+}
+
+/// One worker whose handler ends the runs of keys named `tail-*` in a
+/// tail that waits for a permit of `gate`; every run is counted by key.
+struct Tails {
+    q: Arc<WorkQueue>,
+    gate: Arc<tokio::sync::Semaphore>,
+    runs: Arc<Mutex<HashMap<String, usize>>>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl Tails {
+    fn start() -> Self {
+        let q = Arc::new(mk_queue());
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let runs: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+        let handler = {
+            let (gate, runs) = (gate.clone(), runs.clone());
+            move |key: String| {
+                *runs.lock().expect("runs").entry(key.clone()).or_default() += 1;
+                let gate = gate.clone();
+                async move {
+                    if !key.starts_with("tail-") {
+                        return Run::Done(Outcome::Done);
+                    }
+                    Run::Tail(Box::pin(async move {
+                        let _ = gate.acquire().await.map(|p| p.forget());
+                        Outcome::Done
+                    }))
+                }
+            }
+        };
+        let workers = run_workers(q.clone(), 1, CancellationToken::new(), handler);
+        Tails {
+            q,
+            gate,
+            runs,
+            workers,
+        }
+    }
+
+    fn count(&self, key: &str) -> usize {
+        self.runs
+            .lock()
+            .expect("runs")
+            .get(key)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Lets `n` waiting tails end.
+    fn release(&self, n: usize) {
+        self.gate.add_permits(n);
+    }
+
+    async fn stop(self) {
+        wait_until(|| self.q.in_flight() == 0).await;
+        self.q.shutdown();
+        join_all(self.workers).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_goes_on_while_a_tail_holds_its_key() {
+    let t = Tails::start();
+    t.q.add("tail-a");
+    t.q.add("b");
+    wait_until(|| t.count("b") == 1).await;
+    assert_eq!(t.q.in_flight(), 1, "tail-a is still in flight");
+    // Added while its tail runs: it waits for the tail, not beside it.
+    t.q.add("tail-a");
+    assert_eq!(t.count("tail-a"), 1);
+    t.release(1);
+    wait_until(|| t.count("tail-a") == 2).await;
+    t.release(1);
+    t.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_more_tails_run_at_once_than_there_are_workers() {
+    let t = Tails::start();
+    for key in ["tail-a", "tail-b", "c"] {
+        t.q.add(key);
+    }
+    // tail-b's node part ran; its tail waits for tail-a's slot, and so
+    // does the worker: c is not taken.
+    wait_until(|| t.count("tail-b") == 1).await;
+    tokio::task::yield_now().await;
+    assert_eq!(t.count("c"), 0, "the worker waits for a tail slot");
+    assert_eq!(t.q.in_flight(), 2);
+    t.release(1);
+    wait_until(|| t.count("c") == 1).await;
+    t.release(1);
+    t.stop().await;
 }

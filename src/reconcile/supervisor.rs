@@ -14,7 +14,8 @@ use tracing::{info, warn};
 
 use super::Leader;
 use super::node::Reconciler;
-use super::queue::{QueueConfig, WorkQueue, run_workers};
+use super::queue::{QueueConfig, WorkQueue};
+use super::workers::run_workers;
 use super::working::{LinkWrites, WorkingState};
 use crate::cluster::{Inbox, LeaderToken, Leadership, Role};
 use crate::config::{ReconcilerConfig, TopologyConfig};
@@ -120,11 +121,14 @@ fn start_term(
     let store = (parts.fenced)(token.epoch());
     let queue = Arc::new(WorkQueue::new(QueueConfig::from(&parts.reconciler)));
     let link_writes = Arc::new(LinkWrites::default());
-    let state = WorkingState::new(link_writes.clone());
+    let state = match store.reads_in_process() {
+        true => WorkingState::new(link_writes.clone()).without_view(),
+        false => WorkingState::new(link_writes.clone()),
+    };
     let reconciler = Arc::new(Reconciler {
         store: store.clone(),
         link_writes,
-        involved: state.involved(),
+        view: state.view(),
         transport: parts.transport.clone(),
         token: token.clone(),
         orphan_detection: parts.reconciler.enable_orphan_detection,
@@ -138,7 +142,7 @@ fn start_term(
         term.clone(),
         move |node| {
             let r = reconciler.clone();
-            async move { r.run(&node).await }
+            async move { r.run(node).await }
         },
     );
     let (extra, listening) = match parts.duties.as_ref().map(|d| d(token, term)) {

@@ -16,13 +16,13 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use super::db_clock::DbClock;
-use super::involved::Involved;
+use super::view::DesiredView;
 use crate::routing::fleet::Fleet;
 use crate::routing::stored::StoredRoutes;
 use crate::routing::templates::{Announcements, judged_again_at};
 use crate::routing::topology::SegmentGraph;
 use crate::routing::trees::Trees;
-use crate::store::model::{Link, LinkState, Name, NodeRecord, Segment, Template, edge};
+use crate::store::model::{Link, LinkState, Name, NodeRecord, Route, Segment, Template, edge};
 use crate::store::{ChangeSet, Fresh, Store, StoreError};
 
 /// Links a reconciler wrote (an answer, a forgotten tombstone): the leader
@@ -55,18 +55,24 @@ pub struct Rows {
 impl Rows {
     /// Every row, read afresh.
     pub async fn load(store: &dyn Store) -> Result<Self, StoreError> {
+        Ok(Self::load_with_routes(store).await?.0)
+    }
+
+    /// Every row, and the routes whole (the rows keep them compact).
+    async fn load_with_routes(store: &dyn Store) -> Result<(Self, Vec<Route>), StoreError> {
         let (nodes, templates, links, routes) = tokio::try_join!(
             store.list_nodes(),
             store.list_templates(),
             store.list_links(),
             store.list_routes()
         )?;
-        Ok(Self {
+        let rows = Self {
             nodes: Fleet::new(nodes),
             templates: Announcements::new(templates),
             links,
             routes: StoredRoutes::new(&routes),
-        })
+        };
+        Ok((rows, routes))
     }
 }
 
@@ -114,8 +120,10 @@ pub struct WorkingState {
     /// them (a consumed claim, dropped announcements).
     stale: BTreeSet<String>,
     link_writes: Arc<LinkWrites>,
-    /// The nodes the rows name, for reconcilers (see [`Involved`]).
-    involved: Arc<Involved>,
+    /// The rows as reconcilers read them (see [`DesiredView`]), unless
+    /// `keep_view` is off (the view then stays silent).
+    view: Arc<DesiredView>,
+    keep_view: bool,
     dirty: Dirty,
     /// Nodes that time alone will judge anew, by when (see
     /// [`judged_again_at`]); the deadlines up to `derived_at` were taken.
@@ -132,7 +140,8 @@ impl WorkingState {
             clock: DbClock::default(),
             stale: BTreeSet::new(),
             link_writes,
-            involved: Arc::default(),
+            view: Arc::default(),
+            keep_view: true,
             dirty: Dirty::default(),
             timed: BTreeSet::new(),
             deadline_of: HashMap::new(),
@@ -141,14 +150,21 @@ impl WorkingState {
         }
     }
 
-    /// Which nodes have rows, as this state knows, for the reconcilers.
-    pub fn involved(&self) -> Arc<Involved> {
-        self.involved.clone()
+    /// Keeps no view for reconcilers: they read the store (one that
+    /// reads in process, see [`Store::reads_in_process`]).
+    pub fn without_view(mut self) -> Self {
+        self.keep_view = false;
+        self
+    }
+
+    /// The rows as reconcilers read them.
+    pub fn view(&self) -> Arc<DesiredView> {
+        self.view.clone()
     }
 
     /// The next look reads everything again, the clock included.
     pub fn invalidate(&mut self) {
-        self.involved.forget();
+        self.view.forget();
         self.rows = None;
         self.clock.forget();
         self.stale.clear();
@@ -180,7 +196,10 @@ impl WorkingState {
         let written = self.link_writes.take();
         if self.rows.is_none() {
             self.stale.clear();
-            let rows = Rows::load(store).await?;
+            let (rows, routes) = Rows::load_with_routes(store).await?;
+            if self.keep_view {
+                self.view.rebuild(&rows.links, &routes);
+            }
             self.loaded(rows);
             return Ok(());
         }
@@ -266,7 +285,6 @@ impl WorkingState {
         self.timed.clear();
         self.deadline_of.clear();
         let nodes: Vec<String> = rows.nodes.iter().map(|n| n.id.clone()).collect();
-        self.involved.rebuild(&rows);
         self.rows = Some(rows);
         nodes.iter().for_each(|n| self.judge_time(n));
         self.dirty.full = true;
@@ -312,6 +330,11 @@ impl WorkingState {
         };
         let mut fresh: HashMap<String, LinkState> =
             fresh.into_iter().map(|s| (s.link_id.clone(), s)).collect();
+        let gone: Vec<String> = (ids.iter())
+            .filter(|id| !fresh.contains_key(*id))
+            .cloned()
+            .collect();
+        self.view.restated(ids, &gone);
         let asked: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
         rows.links.retain_mut(|l| {
             if !asked.contains(l.link_id.as_str()) {
@@ -349,7 +372,7 @@ impl WorkingState {
                 .insert(edge(&l.source_group, &l.dest_group));
         }
         rows.links.retain(|l| !asked.contains(l.link_id.as_str()));
-        self.involved.extend_links(&fresh);
+        self.view.reread(ids, &fresh);
         for l in fresh {
             self.dirty
                 .pairs
@@ -469,14 +492,15 @@ impl WorkingState {
         mut changes: ChangeSet,
     ) -> Result<(), StoreError> {
         changes.fresh = self.fresh(&changes);
-        self.involved.extend(&changes);
         // Applied here first, so that the store can take the change set
         // rather than a copy (the first derivation's is the fleet's every
         // link and route); undone by the reload if the write fails.
+        self.view.write_begins(&changes);
         self.applied(&changes);
         let written = store.apply(changes).await;
-        if written.is_err() {
-            self.invalidate();
+        match written {
+            Ok(()) => self.view.write_ended(),
+            Err(_) => self.invalidate(),
         }
         written
     }

@@ -119,6 +119,10 @@ fn new_record(registration: &Registration) -> NodeRecord {
 
 #[async_trait]
 impl Store for MemoryStore {
+    fn reads_in_process(&self) -> bool {
+        true
+    }
+
     async fn begin_session(
         &self,
         registration: Registration,

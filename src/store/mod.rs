@@ -123,6 +123,14 @@ impl ChangeSet {
 /// Storage for nodes, sessions, facts and desired state.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
+    /// Whether a read costs no more than a look at rows the caller holds
+    /// (the in-memory store): the leader then keeps no copy of the links
+    /// and routes for its reconcilers (see `reconcile::view`), which would
+    /// be a third one in the process.
+    fn reads_in_process(&self) -> bool {
+        false
+    }
+
     /// Records a registration and starts a new session for it, in state
     /// `Registering`, owned by `owner`, with the registration's
     /// `session_id` (a fresh one if nil). Creates the node record if needed,

@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 use super::rows::{
     LINK_STATUSES, claim_sql, link_columns, link_from, link_status_from, link_status_sql,
 };
-use super::tx::{Db, TxError, WRITE_CHUNK, execute, execute_by_ids, insert_else, query_map};
+use super::tx::{Db, TxError, execute, execute_by_ids, in_chunks, insert_else, query_map};
 use crate::store::model::{Link, LinkAnswer, LinkState};
 use crate::store::sent_status;
 
@@ -67,13 +67,11 @@ pub(super) async fn put(
 }
 
 async fn write(db: &Db<'_>, sql: &'static str, links: &[&Link]) -> Result<(), TxError> {
-    for chunk in links.chunks(WRITE_CHUNK) {
-        write_chunk(db, sql, chunk).await?;
-    }
+    in_chunks(links, |chunk| write_chunk(db, sql, chunk)).await?;
     Ok(())
 }
 
-async fn write_chunk(db: &Db<'_>, sql: &'static str, links: &[&Link]) -> Result<(), TxError> {
+async fn write_chunk(db: &Db<'_>, sql: &'static str, links: &[&Link]) -> Result<u64, TxError> {
     let col = |f: fn(&Link) -> &str| links.iter().map(|l| f(l)).collect::<Vec<&str>>();
     let dest_node: Vec<Option<&str>> = links.iter().map(|l| l.dest_node.as_deref()).collect();
     let status: Vec<&str> = links.iter().map(|l| link_status_sql(l.status)).collect();
@@ -104,8 +102,7 @@ async fn write_chunk(db: &Db<'_>, sql: &'static str, links: &[&Link]) -> Result<
             &claim_dest,
         ],
     )
-    .await?;
-    Ok(())
+    .await
 }
 
 /// Deletes the links for good; returns how many existed.

@@ -1,7 +1,7 @@
 //! Routes: desired subscriptions on a source node over one of its links.
 
 use super::rows::{name_id_sql, route_columns, route_from, route_status_sql};
-use super::tx::{Db, TxError, WRITE_CHUNK, execute, execute_by_ids, insert_else, query_map};
+use super::tx::{Db, TxError, execute, execute_by_ids, in_chunks, insert_else, query_map};
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::store::model::{Route, RouteMark};
@@ -46,13 +46,11 @@ pub(super) async fn put(
 }
 
 async fn write(db: &Db<'_>, sql: &'static str, routes: &[&Route]) -> Result<(), TxError> {
-    for chunk in routes.chunks(WRITE_CHUNK) {
-        write_chunk(db, sql, chunk).await?;
-    }
+    in_chunks(routes, |chunk| write_chunk(db, sql, chunk)).await?;
     Ok(())
 }
 
-async fn write_chunk(db: &Db<'_>, sql: &'static str, routes: &[&Route]) -> Result<(), TxError> {
+async fn write_chunk(db: &Db<'_>, sql: &'static str, routes: &[&Route]) -> Result<u64, TxError> {
     let col = |f: fn(&Route) -> &str| routes.iter().map(|r| f(r)).collect::<Vec<&str>>();
     let name_id: Vec<Option<String>> = routes.iter().map(|r| name_id_sql(r.name.id)).collect();
     let status: Vec<&str> = routes.iter().map(|r| route_status_sql(r.status)).collect();
@@ -74,8 +72,7 @@ async fn write_chunk(db: &Db<'_>, sql: &'static str, routes: &[&Route]) -> Resul
             &ts,
         ],
     )
-    .await?;
-    Ok(())
+    .await
 }
 
 /// Deletes the routes for good; returns how many existed.

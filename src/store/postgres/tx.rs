@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use deadpool_postgres::{Object, Pool, PoolError, StatementCache, Timeouts};
+use futures_util::future::try_join_all;
 use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
@@ -591,11 +592,28 @@ pub(super) async fn execute(
 /// Runs `sql`, whose one parameter is an array of ids, over `ids` in
 /// statements of at most [`WRITE_CHUNK`] ids; returns the rows affected.
 pub(super) async fn execute_by_ids(db: &Db<'_>, sql: &str, ids: &[String]) -> Result<u64, TxError> {
-    let mut affected = 0;
-    for chunk in ids.chunks(WRITE_CHUNK) {
-        affected += execute(db, sql, &[&chunk]).await?;
-    }
-    Ok(affected)
+    in_chunks(
+        ids,
+        |chunk| async move { execute(db, sql, &[&chunk]).await },
+    )
+    .await
+}
+
+/// Runs `write` over `items` in chunks of at most [`WRITE_CHUNK`], sent
+/// one after another without waiting for answers (the connection
+/// pipelines them; the server runs them in order); returns the sum of
+/// what they return. Waiting for each answer before sending the next
+/// chunk left the server idle while the client encoded the next, and
+/// cost a wake-up on each side per chunk: a 4,400-row change set is nine
+/// chunks. A failed chunk fails the transaction, so the first error is
+/// the one returned.
+pub(super) async fn in_chunks<'i, T, F, Fut>(items: &'i [T], write: F) -> Result<u64, TxError>
+where
+    F: Fn(&'i [T]) -> Fut,
+    Fut: Future<Output = Result<u64, TxError>>,
+{
+    let sent = items.chunks(WRITE_CHUNK).map(write);
+    Ok(try_join_all(sent).await?.into_iter().sum())
 }
 
 /// Runs `insert` under a savepoint and, if it met a row it would have
