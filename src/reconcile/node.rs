@@ -205,16 +205,20 @@ impl Reconciler {
 
     /// Records what the node answered (or, without a command, what it was
     /// seen to hold); the reconcile's outcome once written.
-    async fn record_sent(&self, node: &str, sent: Box<Sent>) -> Result<Outcome, ReconcileError> {
-        let Some(ack) = &sent.ack else {
+    async fn record_sent(
+        &self,
+        node: &str,
+        mut sent: Box<Sent>,
+    ) -> Result<Outcome, ReconcileError> {
+        let Some(ack) = sent.ack.take() else {
             let seen = &sent.seen;
             self.write_record(node, &[], &seen.marks, &seen.gone, &sent.entries)
                 .await?;
             return Ok(sent.outcome);
         };
-        let refused = stranded::refused_removals(&sent.step, ack);
+        let refused = stranded::refused_removals(&sent.step, &ack);
         self.strand(node, &sent.links, &refused).await;
-        self.record(node, &sent, ack).await?;
+        self.record(node, &mut sent, &ack).await?;
         debug!(
             node,
             looked = ?sent.looked,
@@ -355,7 +359,7 @@ impl Reconciler {
     async fn record(
         &self,
         node: &str,
-        sent: &Sent,
+        sent: &mut Sent,
         ack: &sb::ConfigurationCommandAck,
     ) -> Result<(), ReconcileError> {
         let mut failures = Vec::new();
@@ -364,9 +368,9 @@ impl Reconciler {
         for l in &acked_gone {
             self.stranded.clear(l);
         }
-        let mut marks = sent.seen.marks.clone();
+        let mut marks = std::mem::take(&mut sent.seen.marks);
         marks.extend(route_marks(&sent.step, ack, &mut failures));
-        let mut gone = sent.seen.gone.clone();
+        let mut gone = std::mem::take(&mut sent.seen.gone);
         gone.extend(acked_gone);
         self.write_record(node, &answers, &marks, &gone, &sent.entries)
             .await?;

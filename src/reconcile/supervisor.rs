@@ -121,10 +121,10 @@ fn start_term(
     let store = (parts.fenced)(token.epoch());
     let queue = Arc::new(WorkQueue::new(QueueConfig::from(&parts.reconciler)));
     let link_writes = Arc::new(LinkWrites::default());
-    let state = match store.reads_in_process() {
-        true => WorkingState::new(link_writes.clone()).without_view(),
-        false => WorkingState::new(link_writes.clone()),
-    };
+    let mut state = WorkingState::new(link_writes.clone());
+    if store.reads_in_process() {
+        state = state.without_view();
+    }
     let reconciler = Arc::new(Reconciler {
         store: store.clone(),
         link_writes,

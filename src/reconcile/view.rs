@@ -7,12 +7,13 @@
 //!
 //! It holds what the store holds, or is silent. Links and routes are
 //! written by the leader alone (see [`super::working`]): its derivations,
-//! applied here once their write has committed, and its reconcilers,
-//! which change statuses and drop tombstones, applied here by the
-//! reconciler once its record has committed. A reconcile that reads
-//! before a write is applied sees what a read of the store before its
-//! commit would have seen; the nodes a write changed are reconciled after
-//! it is applied. Where the store decides what a write does, the view is
+//! applied here as their write begins, the nodes they touch silent until
+//! it has committed, and its reconcilers, which change statuses and drop
+//! tombstones, applied here by the reconciler once its record has
+//! committed. A reconcile that reads before a write is applied sees what a
+//! read of the store before its commit would have seen; the nodes a write
+//! changed are reconciled after it has committed. Where the store decides
+//! what a write does, the view is
 //! silent until the leader has read the outcome back: a retired link (its
 //! deletion depends on whether its source came back) leaves its ends
 //! unsure, and their reconciles read the store. Until the working state is
@@ -270,12 +271,7 @@ impl Index {
             return;
         };
         for end in ends(&old) {
-            if let Some(ids) = self.touching.get_mut(end.as_str()) {
-                ids.remove(id);
-                if ids.is_empty() {
-                    self.touching.remove(end.as_str());
-                }
-            }
+            remove_from(&mut self.touching, &end, id);
         }
     }
 
@@ -298,14 +294,8 @@ impl Index {
     }
 
     fn remove_route(&mut self, id: &str) {
-        let Some((source, _)) = self.routes.remove(id) else {
-            return;
-        };
-        if let Some(ids) = self.sourced.get_mut(&source) {
-            ids.remove(id);
-            if ids.is_empty() {
-                self.sourced.remove(&source);
-            }
+        if let Some((source, _)) = self.routes.remove(id) {
+            remove_from(&mut self.sourced, &source, id);
         }
     }
 }
@@ -321,6 +311,16 @@ impl ViewRoute {
             status: status_of(self.status.load(Ordering::Relaxed)),
             status_msg: String::new(),
             updated_at: 0,
+        }
+    }
+}
+
+/// Takes `id` out of `key`'s set, and the set out of `sets` once empty.
+fn remove_from(sets: &mut HashMap<Arc<str>, BTreeSet<Arc<str>>>, key: &str, id: &str) {
+    if let Some(ids) = sets.get_mut(key) {
+        ids.remove(id);
+        if ids.is_empty() {
+            sets.remove(key);
         }
     }
 }
