@@ -18,5 +18,6 @@ pub mod server;
 pub mod sim;
 pub mod southbound;
 pub mod store;
+pub mod task;
 pub mod tls;
 pub mod transport;

@@ -18,6 +18,7 @@ use tracing::debug;
 
 use super::signals::{Inbox, Signals};
 use crate::store::postgres::{FACTS_CHANNEL, PgConnector, RESYNC, SEPARATOR};
+use crate::task::Owned;
 
 /// How often the listener checks that the server still answers.
 const PING: Duration = Duration::from_secs(5);
@@ -52,7 +53,7 @@ async fn listening(
 ) -> Result<(), String> {
     let (client, mut connection) = target.connect().await.map_err(|e| e.to_string())?;
     let target = inbox.clone();
-    let driver = tokio::spawn(async move {
+    let mut driver = Owned::spawn(async move {
         while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
             match message {
                 Ok(AsyncMessage::Notification(n)) if n.payload() == RESYNC => target.resync(),
@@ -65,7 +66,6 @@ async fn listening(
             }
         }
     });
-    let mut driver = AbortOnDrop(driver);
     let listen = format!("LISTEN {FACTS_CHANNEL}");
     client
         .batch_execute(&listen)
@@ -82,7 +82,7 @@ async fn listening(
             // A closed connection (a terminated backend, a restarted
             // server) is noticed now, not at the next ping: signals sent
             // until then would wait for the resync of the reconnect.
-            _ = &mut driver.0 => return Err("the connection closed".into()),
+            _ = &mut driver => return Err("the connection closed".into()),
             _ = ping.tick() => {
                 match timeout(PING, client.simple_query("SELECT 1")).await {
                     Ok(Ok(_)) => {}
@@ -91,13 +91,5 @@ async fn listening(
                 }
             }
         }
-    }
-}
-
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }

@@ -373,12 +373,12 @@ impl WorkingState {
         }
         rows.links.retain(|l| !asked.contains(l.link_id.as_str()));
         self.view.reread(ids, &fresh);
-        for l in fresh {
+        for l in &fresh {
             self.dirty
                 .pairs
                 .insert(edge(&l.source_group, &l.dest_group));
-            upsert_by(&mut rows.links, l, |x| x.link_id.as_str());
         }
+        upsert_all_by(&mut rows.links, fresh, |x| x.link_id.as_str());
     }
 
     /// Notes when time alone will judge `node` anew, if it will.
@@ -492,17 +492,33 @@ impl WorkingState {
         mut changes: ChangeSet,
     ) -> Result<(), StoreError> {
         changes.fresh = self.fresh(&changes);
-        // Applied here first, so that the store can take the change set
-        // rather than a copy (the first derivation's is the fleet's every
-        // link and route); undone by the reload if the write fails.
-        self.view.write_begins(&changes);
-        self.applied(&changes);
-        let written = store.apply(changes).await;
+        let changes = Arc::new(changes);
+        // Applied to the rows and the view while the store writes (undone
+        // by the reload if the write fails): on Postgres the write of a
+        // claim's 4,000 routes ran 12-14 ms behind this. Before the write
+        // commits a reconcile may read a node's rows as they were, as it
+        // could have just before the write; the node is looked at again
+        // once the derivation is written. The in-memory store writes as it
+        // is called, and is handed the change set once it is the only
+        // holder, so that it takes the rows rather than copies.
+        let written = if store.reads_in_process() {
+            self.begin_write(&changes);
+            store.apply_shared(changes).await
+        } else {
+            let write = store.apply_shared(changes.clone());
+            let (written, ()) = tokio::join!(write, async { self.begin_write(&changes) });
+            written
+        };
         match written {
             Ok(()) => self.view.write_ended(),
             Err(_) => self.invalidate(),
         }
         written
+    }
+
+    fn begin_write(&mut self, changes: &ChangeSet) {
+        self.view.write_begins(changes);
+        self.applied(changes);
     }
 
     /// The puts of rows the working state does not hold; none before it
@@ -534,9 +550,9 @@ impl WorkingState {
         let Some(rows) = self.rows.as_mut() else {
             return;
         };
-        for l in &changes.put_links {
-            upsert_by(&mut rows.links, l.clone(), |x| x.link_id.as_str());
-        }
+        upsert_all_by(&mut rows.links, changes.put_links.iter().cloned(), |x| {
+            x.link_id.as_str()
+        });
         let gone: BTreeSet<&str> = changes.delete_links.iter().map(String::as_str).collect();
         rows.links.retain(|l| !gone.contains(l.link_id.as_str()));
         let retired = changes.retire_links.iter().map(|r| &r.link_id);
@@ -557,11 +573,58 @@ fn not_loaded() -> StoreError {
     StoreError::Unavailable("the leader's working state was not loaded".into())
 }
 
-/// Puts `item` in its place in `sorted` (ordered by `key`), replacing one
-/// with the same key.
-fn upsert_by<T>(sorted: &mut Vec<T>, item: T, key: impl Fn(&T) -> &str) {
-    match sorted.binary_search_by(|x| key(x).cmp(key(&item))) {
-        Ok(i) => sorted[i] = item,
-        Err(i) => sorted.insert(i, item),
+/// Puts `items` in their places in `sorted` (ordered by `key`), each
+/// replacing one with the same key; of two with one key the later wins.
+/// The new ones are sorted in once: inserted one by one, the first
+/// derivation's 1,225 links shifted the vector's tail at each insert.
+fn upsert_all_by<T>(
+    sorted: &mut Vec<T>,
+    items: impl IntoIterator<Item = T>,
+    key: impl Fn(&T) -> &str,
+) {
+    let held = sorted.len();
+    for item in items {
+        match sorted[..held].binary_search_by(|x| key(x).cmp(key(&item))) {
+            Ok(i) => sorted[i] = item,
+            Err(_) => sorted.push(item),
+        }
+    }
+    if sorted.len() == held {
+        return;
+    }
+    // Stable: among new items of one key the last pushed ends last, and
+    // `dedup` keeps the first of a run, so the run is reversed first.
+    sorted[held..].reverse();
+    sorted.sort_by(|a, b| key(a).cmp(key(b)));
+    sorted.dedup_by(|a, b| key(a) == key(b));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::upsert_all_by;
+
+    fn upserted(
+        held: &[(&'static str, u8)],
+        items: &[(&'static str, u8)],
+    ) -> Vec<(&'static str, u8)> {
+        let mut sorted = held.to_vec();
+        upsert_all_by(&mut sorted, items.iter().copied(), |x| x.0);
+        sorted
+    }
+
+    #[test]
+    fn held_keys_are_replaced_in_place_and_new_ones_sorted_in() {
+        let out = upserted(&[("b", 1), ("d", 1)], &[("c", 2), ("d", 2), ("a", 2)]);
+        assert_eq!(out, [("a", 2), ("b", 1), ("c", 2), ("d", 2)]);
+    }
+
+    #[test]
+    fn of_two_items_with_one_key_the_later_wins() {
+        let out = upserted(
+            &[("b", 1)],
+            &[("c", 1), ("b", 2), ("c", 2), ("b", 3), ("c", 3)],
+        );
+        assert_eq!(out, [("b", 3), ("c", 3)]);
+        assert_eq!(upserted(&[], &[("a", 1), ("a", 2)]), [("a", 2)]);
     }
 }

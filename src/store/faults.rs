@@ -95,7 +95,7 @@ delegate! {
     fn list_domains(&self) -> Vec<Domain>;
     fn put_domain(&self, domain: Domain) -> bool;
     fn remove_domain(&self, name: &str) -> bool;
-    fn apply(&self, changes: ChangeSet) -> ();
+    fn apply_shared(&self, changes: Arc<ChangeSet>) -> ();
     fn links_touching(&self, node: &str) -> Vec<Link>;
     fn routes_sourced(&self, node: &str) -> Vec<Route>;
     fn mark_links_sent(&self, source: &str, answers: &[LinkAnswer]) -> usize;

@@ -3,7 +3,7 @@
 //! only for the few map operations of a call, never across an await.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use uuid::Uuid;
@@ -411,7 +411,8 @@ impl Store for MemoryStore {
         Ok(self.lock().domains.remove(name).is_some())
     }
 
-    async fn apply(&self, changes: ChangeSet) -> Result<(), StoreError> {
+    async fn apply_shared(&self, changes: Arc<ChangeSet>) -> Result<(), StoreError> {
+        let changes = Arc::unwrap_or_clone(changes);
         let mut st = self.lock();
         // Links first, on a copy: a batch that breaks the pair rule must
         // leave everything as it was.

@@ -16,6 +16,7 @@ pub mod postgres;
 mod retry;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use uuid::Uuid;
@@ -319,7 +320,16 @@ pub trait Store: Send + Sync + 'static {
     /// no session and a generation not above the one retired with; else it
     /// is left as it is. A batch whose result has two live links for one
     /// group pair fails with `Conflict` and changes nothing.
-    async fn apply(&self, changes: ChangeSet) -> Result<(), StoreError>;
+    async fn apply(&self, changes: ChangeSet) -> Result<(), StoreError> {
+        self.apply_shared(Arc::new(changes)).await
+    }
+
+    /// [`Self::apply`], of a change set the caller goes on reading while
+    /// it is written. A store that writes elsewhere (Postgres) writes on a
+    /// task of its own, so the leader applies the change set to its own
+    /// copies meanwhile; the in-memory store takes the rows themselves
+    /// when it holds the last reference.
+    async fn apply_shared(&self, changes: Arc<ChangeSet>) -> Result<(), StoreError>;
 
     /// Links the node is the source or the claimed destination of, deleted
     /// ones (tombstones) included, ordered by `link_id`.

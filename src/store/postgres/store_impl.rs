@@ -3,6 +3,7 @@
 //! body to the transaction helper. The bodies live in the per-table modules.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use uuid::Uuid;
@@ -15,6 +16,7 @@ use crate::store::model::{
     Registration, ReplicaRef, Route, RouteMark, Segment, Session, Template,
 };
 use crate::store::{ChangeSet, SessionStart, Store, StoreError};
+use crate::task::Owned;
 
 impl PgStore {
     /// A leader's derivation: fenced when this store carries an epoch.
@@ -388,17 +390,22 @@ impl Store for PgStore {
             .await
     }
 
-    async fn apply(&self, changes: ChangeSet) -> Result<(), StoreError> {
+    async fn apply_shared(&self, changes: Arc<ChangeSet>) -> Result<(), StoreError> {
         if changes.is_empty() {
             return Ok(());
         }
         // Never bulk, however large: its statements are of bounded size
-        // (see `WRITE_CHUNK`).
-        self.tx
-            .run(self.derive("apply"), changes, |db, c| {
-                Box::pin(changes::apply(db, c))
-            })
+        // (see `WRITE_CHUNK`). On a task of its own, so that each statement
+        // goes out as the one before it is answered, whatever the caller
+        // does meanwhile.
+        let (tx, op) = (self.tx.clone(), self.derive("apply"));
+        let write = Owned::spawn(async move {
+            tx.run(op, changes, |db, c| Box::pin(changes::apply(db, c)))
+                .await
+        });
+        write
             .await
+            .map_err(|e| StoreError::Unavailable(format!("the write's task ended: {e}")))?
     }
 
     async fn links_touching(&self, node: &str) -> Result<Vec<Link>, StoreError> {
