@@ -230,26 +230,20 @@ impl WorkingState {
         // read anew can hold claims of its own, so the set grows until it
         // holds every source of its claims, and each round reads the whole
         // set's records at once. Templates say nothing of claims: those
-        // of the nodes added are read once, at the end.
-        let signalled = wanted;
+        // of the sources added are read beside their records, each once
+        // (a read after the loop was one more wait in every claim's
+        // derivation).
         loop {
             let sources = self.claimed_sources(&ids, &fresh_nodes);
             if sources.is_empty() {
                 break;
             }
-            ids.extend(sources);
+            ids.extend(sources.iter().cloned());
             let wanted: Vec<String> = ids.iter().cloned().collect();
-            let read = store.get_nodes(&wanted).await;
-            fresh_nodes = self.unless_failed(read)?;
-        }
-        let added: Vec<String> = ids
-            .iter()
-            .filter(|id| signalled.binary_search(id).is_err())
-            .cloned()
-            .collect();
-        if !added.is_empty() {
-            let read = store.templates_of(&added).await;
-            fresh_templates.extend(self.unless_failed(read)?);
+            let read = tokio::try_join!(store.get_nodes(&wanted), store.templates_of(&sources));
+            let (nodes, templates) = self.unless_failed(read)?;
+            fresh_nodes = nodes;
+            fresh_templates.extend(templates);
         }
         let ids: Vec<String> = ids.into_iter().collect();
         self.merge_nodes(&ids, fresh_nodes, fresh_templates);
