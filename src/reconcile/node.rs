@@ -108,7 +108,7 @@ impl Reconciler {
             }
             Err(e) => Run::Done(self.finished(&node, started, Err(e))),
             Ok(Commanded::ToRecord(sent)) => Run::Tail(Box::pin(async move {
-                let recorded = self.record_sent(&node, sent).await;
+                let recorded = self.record_sent(&node, sent, started).await;
                 self.finished(&node, started, recorded)
             })),
         }
@@ -197,18 +197,19 @@ impl Reconciler {
             entries,
             again,
             outcome,
-            t0,
             looked,
             commanded: t0.elapsed(),
         })))
     }
 
     /// Records what the node answered (or, without a command, what it was
-    /// seen to hold); the reconcile's outcome once written.
+    /// seen to hold); the reconcile's outcome once written. `started`:
+    /// when the reconcile began.
     async fn record_sent(
         &self,
         node: &str,
         mut sent: Box<Sent>,
+        started: tokio::time::Instant,
     ) -> Result<Outcome, ReconcileError> {
         let Some(ack) = sent.ack.take() else {
             let seen = &sent.seen;
@@ -223,7 +224,7 @@ impl Reconciler {
             node,
             looked = ?sent.looked,
             commanded = ?sent.commanded,
-            total = ?sent.t0.elapsed(),
+            total = ?started.elapsed(),
             "reconciled with a command"
         );
         Ok(sent.outcome)
@@ -431,7 +432,6 @@ struct Sent {
     /// Flagged links the command creates again.
     again: Vec<String>,
     outcome: Outcome,
-    t0: tokio::time::Instant,
     looked: Duration,
     commanded: Duration,
 }

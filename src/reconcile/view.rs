@@ -7,14 +7,14 @@
 //!
 //! It holds what the store holds, or is silent. Links and routes are
 //! written by the leader alone (see [`super::working`]): its derivations,
-//! applied here as their write begins, the nodes they touch silent until
+//! applied here while their write runs, the nodes they touch silent until
 //! it has committed, and its reconcilers, which change statuses and drop
 //! tombstones, applied here by the reconciler once its record has
 //! committed. A reconcile that reads before a write is applied sees what a
 //! read of the store before its commit would have seen; the nodes a write
 //! changed are reconciled after it has committed. Where the store decides
-//! what a write does, the view is
-//! silent until the leader has read the outcome back: a retired link (its
+//! what a write does, the view is silent until the leader has read the
+//! outcome back: a retired link (its
 //! deletion depends on whether its source came back) leaves its ends
 //! unsure, and their reconciles read the store. Until the working state is
 //! loaded, and after it is thrown away (a failed write, a resync), the
@@ -134,8 +134,8 @@ impl DesiredView {
         *self.write() = Some(index);
     }
 
-    /// Applies a derivation's change set as its write begins. The nodes it
-    /// touches are unsure until [`Self::write_ended`]: until the commit,
+    /// Applies a derivation's change set while its write runs. The nodes
+    /// it touches are unsure until [`Self::write_ended`]: until the commit,
     /// their reconciles read the store, as they did before the write.
     pub(super) fn write_begins(&self, changes: &ChangeSet) {
         let mut guard = self.write();
@@ -161,7 +161,10 @@ impl DesiredView {
             index.unsure.insert(r.link_id.clone(), ends);
         }
         for r in &changes.put_routes {
-            index.writing.insert(r.source_node.clone());
+            // A claim's routes are thousands over a few dozen sources.
+            if !index.writing.contains(&r.source_node) {
+                index.writing.insert(r.source_node.clone());
+            }
             index.put_route(r);
         }
         for id in &changes.delete_routes {
