@@ -13,7 +13,7 @@ use slim_cp::proto::cluster::{ClusterStatus, StatusRequest};
 use slim_cp::sim::Balancer;
 use tonic::transport::{Channel, Endpoint};
 
-use super::database::BenchDb;
+use super::database::{BenchDb, TableRows};
 use super::process::{Proc, base_config, free_port};
 use super::scrape::{self, OpTotals};
 
@@ -184,14 +184,15 @@ impl Cluster {
     }
 
     /// Stops every replica, then drops the database; returns its size (MB)
-    /// as the run left it.
-    pub async fn stop(self) -> Result<f64> {
+    /// and the rows written to each table, as the run left them.
+    pub async fn stop(self) -> Result<(f64, Vec<TableRows>)> {
         let Cluster { replicas, lb, db } = self;
         drop(lb);
         drop(replicas);
         let size = db.size_mb().await;
+        let rows = db.rows_written().await;
         db.remove().await?;
-        size
+        Ok((size?, rows?))
     }
 }
 

@@ -32,6 +32,30 @@ pub fn with_database(url: &str, db: &str) -> String {
     query.map_or_else(|| url.clone(), |q| format!("{url}?{q}"))
 }
 
+/// What one table had written to it during a run.
+pub struct TableRows {
+    pub table: String,
+    pub inserted: i64,
+    /// Updates, `hot` of them heap-only (no index touched).
+    pub updated: i64,
+    pub hot: i64,
+    pub deleted: i64,
+}
+
+impl TableRows {
+    /// `links +1225 ~2450 (hot 2100)`: inserts, updates, deletes if any.
+    pub fn summary(rows: &[TableRows]) -> String {
+        let one = |t: &TableRows| {
+            let mut s = format!("{} +{} ~{} (hot {})", t.table, t.inserted, t.updated, t.hot);
+            if t.deleted > 0 {
+                s.push_str(&format!(" -{}", t.deleted));
+            }
+            s
+        };
+        rows.iter().map(one).collect::<Vec<_>>().join(", ")
+    }
+}
+
 pub struct BenchDb {
     admin_url: String,
     pub name: String,
@@ -85,6 +109,33 @@ impl BenchDb {
             .query_one("SELECT pg_database_size($1)", &[&self.name])
             .await?;
         Ok(row.get::<_, i64>(0) as f64 / 1e6)
+    }
+
+    /// The rows each table had written to it, from the server's own
+    /// counters: unlike times, the same fleet gives the same counts on a
+    /// busy machine and a quiet one, so a change in the writes a
+    /// convergence costs shows at once. Read once the replicas are gone
+    /// (a backend reports its counts as it exits).
+    pub async fn rows_written(&self) -> Result<Vec<TableRows>> {
+        let client = connect(&self.url).await?;
+        let rows = client
+            .query(
+                "SELECT relname::text, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del \
+                 FROM pg_stat_user_tables WHERE n_tup_ins + n_tup_upd + n_tup_del > 0 \
+                 ORDER BY relname",
+                &[],
+            )
+            .await?;
+        let table = |r: &tokio_postgres::Row| -> Result<TableRows> {
+            Ok(TableRows {
+                table: r.try_get(0)?,
+                inserted: r.try_get(1)?,
+                updated: r.try_get(2)?,
+                hot: r.try_get(3)?,
+                deleted: r.try_get(4)?,
+            })
+        };
+        rows.iter().map(table).collect()
     }
 
     /// Drops the database (disconnecting whoever is still on it).

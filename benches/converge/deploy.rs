@@ -10,7 +10,7 @@ use anyhow::Result;
 use crate::args::Setup;
 use crate::common::cluster::Cluster;
 use crate::common::cpu;
-use crate::common::database::BenchDb;
+use crate::common::database::{BenchDb, TableRows};
 use crate::common::process::{Proc, base_config, free_port};
 use crate::common::scrape::OpTotals;
 
@@ -93,9 +93,9 @@ impl Deployment {
         }
     }
 
-    /// Stops it; for Postgres, returns the database's size (MB) before
-    /// dropping it.
-    pub async fn stop(self) -> Result<Option<f64>> {
+    /// Stops it; for Postgres, returns the database's size (MB) and the
+    /// rows written to each table before dropping it.
+    pub async fn stop(self) -> Result<Option<(f64, Vec<TableRows>)>> {
         match self {
             Deployment::Single(..) => Ok(None),
             Deployment::Cluster(c) => Ok(Some(c.stop().await?)),

@@ -63,6 +63,7 @@ use slim_cp::sim::{FleetOptions, SimFleet, SimNodeSpec, SimOptions};
 
 use crate::args::{Args, Build, REFERENCE, SLIM, Setup, Size, parse_args};
 use crate::common::cpu;
+use crate::common::database::TableRows;
 use crate::common::process::{proc_field, slim_cp_bin};
 use crate::common::scrape::OpTotals;
 use crate::deploy::Deployment;
@@ -200,10 +201,12 @@ async fn run(
         println!("  LOST {node}: {why}");
     }
     drop(fleet);
-    let db_mb = deployment.stop().await?;
-    if let Some(mb) = db_mb {
+    let db = deployment.stop().await?;
+    if let Some((mb, rows)) = &db {
         println!("  database size after the run: {mb:.1} MB");
+        println!("  rows written: {}", TableRows::summary(rows));
     }
+    let db_mb = db.map(|(mb, _)| mb);
     Ok(Outcome {
         size: s,
         setup: setup.clone(),
