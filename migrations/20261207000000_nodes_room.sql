@@ -1,0 +1,11 @@
+-- Half a page of room for a node's next versions, as links and routes
+-- have. A registration burst rewrites every node row soon after inserting
+-- it (readiness, then claims received and consumed), and none of those
+-- updates changes an indexed column. At 70 % a page held rows enough to
+-- fill its room about twice over: in a 1,000-node convergence 582 of the
+-- 1,320 node updates were not heap-only and each wrote into both of the
+-- table's indexes; at 50 % 84 of 1,374 were not, and the database was no
+-- larger (13.5 MB against 13.8 MB), the indexes having less to hold.
+-- Only pages written from now on leave the room; setting it takes no
+-- lock that blocks reads or writes.
+ALTER TABLE nodes SET (fillfactor = 50);
