@@ -25,9 +25,9 @@ mod postgres_backend {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    use slim_cp::store::model::{ConnectionDetail, Name, SessionState};
     use slim_cp::store::model::{
-        Link, LinkAnswer, LinkStatus, Registration, ReplicaRef, Route, RouteMark, RouteStatus,
+        ConnectionDetail, Link, LinkAnswer, LinkStatus, Name, Registration, ReplicaRef, Route,
+        RouteMark, RouteStatus, SessionState,
     };
     use slim_cp::store::{ChangeSet, PgStore, SetupError, Store, StoreError};
     use tokio_postgres::NoTls;
@@ -998,7 +998,8 @@ mod postgres_backend {
     /// not into the table's indexes. The marks arrive together, so they
     /// are written in a few transactions, as in a registration burst: a
     /// version replaced in the same transaction cannot be pruned to make
-    /// room. At a fillfactor of 70 fewer than half of them found room.
+    /// room. At a fillfactor of 70 a third of them found none (65 %
+    /// heap-only, checked).
     #[tokio::test]
     async fn pg_a_bursts_readiness_is_written_beside_the_rows_not_into_their_indexes() {
         let db = fresh_pg_db().await;

@@ -499,8 +499,10 @@ impl WorkingState {
             self.begin_write(&changes);
             store.apply_shared(changes).await
         } else {
+            // Biased: the write is polled first, which starts its task;
+            // only then does the leader apply the change set to its copies.
             let write = store.apply_shared(changes.clone());
-            let (written, ()) = tokio::join!(write, async { self.begin_write(&changes) });
+            let (written, ()) = tokio::join!(biased; write, async { self.begin_write(&changes) });
             written
         };
         match written {
