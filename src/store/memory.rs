@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use uuid::Uuid;
 
+use super::indexed::{ByNode, Indexed};
 use super::model::{
     Departure, DepartureKind, DesiredState, Domain, Link, LinkAnswer, LinkStatus, Name, NodeRecord,
     Registration, ReplicaRef, Route, RouteMark, Segment, Session, SessionState, Template, edge,
@@ -20,8 +21,8 @@ struct State {
     nodes: BTreeMap<String, NodeRecord>,
     /// Keyed by (node, name) so a node's templates are one range.
     templates: BTreeMap<(String, Name), Template>,
-    links: BTreeMap<String, Link>,
-    routes: BTreeMap<String, Route>,
+    links: Indexed<Link>,
+    routes: Indexed<Route>,
     segments: BTreeMap<String, BTreeSet<(String, String)>>,
     /// Domain name to sealed secret.
     domains: BTreeMap<String, Vec<u8>>,
@@ -54,13 +55,13 @@ impl State {
 fn desired_of(st: &State, node: &str) -> DesiredState {
     let links: Vec<Link> = st
         .links
-        .values()
+        .of_node(node)
         .filter(|l| l.source_node == node && !l.deleted)
         .cloned()
         .collect();
     let routes = st
         .routes
-        .values()
+        .of_node(node)
         .filter(|r| r.source_node == node && !r.is_deleted())
         .filter(|r| links.iter().any(|l| l.link_id == r.link_id))
         .cloned()
@@ -268,7 +269,8 @@ impl Store for MemoryStore {
     }
 
     async fn get_nodes(&self, ids: &[String]) -> Result<Vec<NodeRecord>, StoreError> {
-        Ok(picked(&self.lock().nodes, ids))
+        let st = self.lock();
+        Ok(picked(ids, |id| st.nodes.get(id)))
     }
 
     async fn forget_node(&self, node: &str, generation: u64) -> Result<bool, StoreError> {
@@ -315,12 +317,8 @@ impl Store for MemoryStore {
     }
 
     async fn put_link(&self, link: Link) -> Result<(), StoreError> {
-        let mut st = self.lock();
-        let mut links = st.links.clone();
-        links.insert(link.link_id.clone(), link);
-        one_live_link_per_pair(&links)?;
-        st.links = links;
-        Ok(())
+        let puts = vec![(link.link_id.clone(), link)];
+        (self.lock().links).change_checked(puts, &[], one_live_link_per_pair)
     }
 
     async fn delete_link(&self, link_id: &str) -> Result<bool, StoreError> {
@@ -332,7 +330,8 @@ impl Store for MemoryStore {
     }
 
     async fn get_links(&self, ids: &[String]) -> Result<Vec<Link>, StoreError> {
-        Ok(picked(&self.lock().links, ids))
+        let st = self.lock();
+        Ok(picked(ids, |id| st.links.get(id)))
     }
 
     async fn put_route(&self, route: Route) -> Result<(), StoreError> {
@@ -413,23 +412,20 @@ impl Store for MemoryStore {
 
     async fn apply_shared(&self, changes: Arc<ChangeSet>) -> Result<(), StoreError> {
         let changes = Arc::unwrap_or_clone(changes);
-        let mut st = self.lock();
-        // Links first, on a copy: a batch that breaks the pair rule must
-        // leave everything as it was.
-        let mut links = st.links.clone();
-        for l in changes.put_links {
-            links.insert(l.link_id.clone(), l);
-        }
-        for id in &changes.delete_links {
-            links.remove(id);
-        }
-        for r in &changes.retire_links {
-            if still_away(st.nodes.get(&r.source), r.source_generation) {
-                links.remove(&r.link_id);
-            }
-        }
-        one_live_link_per_pair(&links)?;
-        st.links = links;
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        // Links first: a batch that breaks the pair rule must leave
+        // everything as it was.
+        let puts = (changes.put_links.into_iter())
+            .map(|l| (l.link_id.clone(), l))
+            .collect();
+        let mut removes = changes.delete_links;
+        removes.extend(
+            (changes.retire_links.iter())
+                .filter(|r| still_away(st.nodes.get(&r.source), r.source_generation))
+                .map(|r| r.link_id.clone()),
+        );
+        (st.links).change_checked(puts, &removes, one_live_link_per_pair)?;
         for r in changes.put_routes {
             st.routes.insert(r.id.clone(), r);
         }
@@ -450,7 +446,7 @@ impl Store for MemoryStore {
         let st = self.lock();
         Ok(st
             .links
-            .values()
+            .of_node(node)
             .filter(|l| l.source_node == node || l.dest_node.as_deref() == Some(node))
             .cloned()
             .collect())
@@ -460,7 +456,7 @@ impl Store for MemoryStore {
         let st = self.lock();
         Ok(st
             .routes
-            .values()
+            .of_node(node)
             .filter(|r| r.source_node == node)
             .cloned()
             .collect())
@@ -474,18 +470,20 @@ impl Store for MemoryStore {
         let mut st = self.lock();
         let mut found = BTreeSet::new();
         for a in answers {
-            let Some(l) = st.links.get_mut(&a.link_id) else {
-                continue;
-            };
-            if l.deleted || l.source_node != source {
-                continue;
-            }
-            found.insert(a.link_id.as_str());
-            let next = sent_status(l.status, a.ok);
-            if next != l.status || l.status_msg != a.message {
-                l.status = next;
-                l.status_msg.clone_from(&a.message);
-                l.updated_at = unix_now();
+            let answered = st.links.update(&a.link_id, |l| {
+                if l.deleted || l.source_node != source {
+                    return false;
+                }
+                let next = sent_status(l.status, a.ok);
+                if next != l.status || l.status_msg != a.message {
+                    l.status = next;
+                    l.status_msg.clone_from(&a.message);
+                    l.updated_at = unix_now();
+                }
+                true
+            });
+            if answered == Some(true) {
+                found.insert(a.link_id.as_str());
             }
         }
         Ok(found.len())
@@ -495,14 +493,15 @@ impl Store for MemoryStore {
         let mut st = self.lock();
         let mut found = BTreeSet::new();
         for m in marks {
-            let Some(r) = st.routes.get_mut(&m.id) else {
-                continue;
-            };
-            found.insert(m.id.as_str());
-            if r.status != m.status || r.status_msg != m.message {
-                r.status = m.status;
-                r.status_msg.clone_from(&m.message);
-                r.updated_at = unix_now();
+            let marked = st.routes.update(&m.id, |r| {
+                if r.status != m.status || r.status_msg != m.message {
+                    r.status = m.status;
+                    r.status_msg.clone_from(&m.message);
+                    r.updated_at = unix_now();
+                }
+            });
+            if marked.is_some() {
+                found.insert(m.id.as_str());
             }
         }
         Ok(found.len())
@@ -532,27 +531,27 @@ impl Store for MemoryStore {
     }
 }
 
-/// The session id the owner chose, or a fresh one.
 /// Whether a retired link's source is still away (see `Store::apply`).
 pub fn still_away(source: Option<&NodeRecord>, generation: u64) -> bool {
     source.is_none_or(|n| n.session.is_none() && n.generation <= generation)
 }
 
+/// The session id the owner chose, or a fresh one.
 pub fn chosen_or_new(id: Uuid) -> Uuid {
     if id.is_nil() { Uuid::new_v4() } else { id }
 }
 
-/// At most one live link per unordered group pair.
-/// The values of `ids` that `map` holds, in key order, each once.
-fn picked<T: Clone>(map: &BTreeMap<String, T>, ids: &[String]) -> Vec<T> {
+/// The rows `get` finds for `ids`, in id order, each once.
+fn picked<'a, T: Clone + 'a>(ids: &[String], get: impl Fn(&str) -> Option<&'a T>) -> Vec<T> {
     let wanted: BTreeSet<&String> = ids.iter().collect();
     wanted
         .into_iter()
-        .filter_map(|id| map.get(id).cloned())
+        .filter_map(|id| get(id).cloned())
         .collect()
 }
 
-fn one_live_link_per_pair(links: &BTreeMap<String, Link>) -> Result<(), StoreError> {
+/// At most one live link per unordered group pair.
+fn one_live_link_per_pair(links: &Indexed<Link>) -> Result<(), StoreError> {
     let mut seen = BTreeSet::new();
     for l in links.values().filter(|l| !l.deleted) {
         if !seen.insert(edge(&l.source_group, &l.dest_group)) {
@@ -573,5 +572,17 @@ pub fn sent_status(current: LinkStatus, ok: bool) -> LinkStatus {
         (LinkStatus::Pending | LinkStatus::Failed, true) => LinkStatus::Connecting,
         (LinkStatus::Connecting, true) => LinkStatus::Connecting,
         (_, false) => LinkStatus::Failed,
+    }
+}
+
+impl ByNode for Link {
+    fn nodes(&self) -> [Option<&str>; 2] {
+        [Some(self.source_node.as_str()), self.dest_node.as_deref()]
+    }
+}
+
+impl ByNode for Route {
+    fn nodes(&self) -> [Option<&str>; 2] {
+        [Some(self.source_node.as_str()), None]
     }
 }

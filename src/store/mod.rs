@@ -10,6 +10,7 @@
 
 pub mod conformance;
 pub mod faults;
+mod indexed;
 mod memory;
 pub mod model;
 pub mod postgres;
