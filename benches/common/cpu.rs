@@ -63,7 +63,8 @@ fn parent(pid: u32) -> Option<u32> {
     u32::try_from(field(&f, 4)).ok()
 }
 
-fn children(pid: u32) -> Vec<u32> {
+/// The live processes whose parent is `pid`.
+pub fn children(pid: u32) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir(Path::new("/proc")) else {
         return Vec::new();
     };

@@ -29,6 +29,8 @@ usage: cargo bench --bench converge -- [options]
   --storm                          kill -9 the busiest follower once converged
   --rounds N                       run every row N times, interleaved, and
                                    summarize each row's times and ratios
+  --db-cpus LIST                   the local Postgres server on these CPUs,
+                                   everything else on the rest (e.g. 1)
 SLIM_CP_BENCH_RUST_LOG sets the control planes' log filter (default: info).
 ";
 
@@ -114,6 +116,8 @@ pub struct Args {
     pub storm: bool,
     /// Times each row is run, round after round (`--rounds`).
     pub rounds: usize,
+    /// CPUs of the database server's own (`--db-cpus`).
+    pub db_cpus: Option<String>,
     dbs: Vec<Db>,
     replicas: Vec<usize>,
 }
@@ -135,6 +139,14 @@ impl Args {
         out
     }
 
+    /// The admin URL of the first Postgres setup.
+    pub fn admin_url(&self) -> Option<&str> {
+        self.dbs.iter().find_map(|db| match db {
+            Db::Postgres(url) => Some(url.as_str()),
+            Db::Memory => None,
+        })
+    }
+
     pub fn wants(&self, kind: &str) -> bool {
         self.only.as_deref().is_none_or(|o| o == kind)
     }
@@ -150,6 +162,7 @@ pub fn parse_args() -> Result<Args> {
         store_ops: false,
         storm: false,
         rounds: 1,
+        db_cpus: None,
         dbs: vec![Db::Memory],
         replicas: vec![1],
     };
@@ -185,11 +198,15 @@ pub fn parse_args() -> Result<Args> {
             "--build" => a.builds.push(parse_build(&value)?),
             "--nodes-per-connection" => a.nodes_per_connection = value.parse::<usize>()?.max(1),
             "--rounds" => a.rounds = value.parse::<usize>()?.max(1),
+            "--db-cpus" => a.db_cpus = Some(value),
             other => bail!("unknown argument {other} (see benches/converge/main.rs)"),
         }
         if matches!(flag.as_str(), "--nodes" | "--groups" | "--names") {
             a.sizes = vec![custom];
         }
+    }
+    if a.db_cpus.is_some() && a.admin_url().is_none() {
+        bail!("--db-cpus needs a Postgres setup (--db postgres or postgres:URL)");
     }
     if a.sizes.is_empty() {
         a.sizes.extend(DEFAULT_SIZES);

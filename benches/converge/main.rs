@@ -23,6 +23,10 @@
 //! round and the medians of both: the way to compare stores or builds on
 //! a machine whose load varies between runs.
 //!
+//! `--db-cpus LIST` runs the local Postgres server on those CPUs and
+//! everything else (the fleet, the watcher, every control plane) on the
+//! rest, for every row: see `pin.rs`.
+//!
 //! `--nodes-per-connection N` (default 32) sets how many simulated nodes
 //! share one HTTP/2 connection (real nodes have one each: `1`, within the
 //! open-files limit of both processes). `--build LABEL=PATH`, repeated,
@@ -47,6 +51,7 @@ mod args;
 mod common;
 mod deploy;
 mod observe;
+mod pin;
 mod rounds;
 mod storm;
 mod table;
@@ -77,6 +82,10 @@ async fn main() -> Result<()> {
     let dir = std::env::temp_dir().join(format!("slim-cp-converge-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let (builds, setups) = setups(&args)?;
+    let _pinned = match (&args.db_cpus, args.admin_url()) {
+        (Some(cpus), Some(url)) => Some(pin::Pinned::apply(url, cpus).await?),
+        _ => None,
+    };
     println!("configs and logs (log level info): {}", dir.display());
     let mut rows = Vec::new();
     for s in &args.sizes {
