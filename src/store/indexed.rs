@@ -40,14 +40,7 @@ impl<T: ByNode> Indexed<T> {
 
     pub(super) fn remove(&mut self, id: &str) -> Option<T> {
         let row = self.rows.remove(id)?;
-        for node in row.nodes().into_iter().flatten() {
-            if let Some(ids) = self.by_node.get_mut(node) {
-                ids.remove(id);
-                if ids.is_empty() {
-                    self.by_node.remove(node);
-                }
-            }
-        }
+        self.unindex(id, row.nodes().into_iter().flatten());
         Some(row)
     }
 
@@ -55,13 +48,18 @@ impl<T: ByNode> Indexed<T> {
         self.rows.get(id)
     }
 
-    /// Changes the row `id` in place with `change`, which must leave the
-    /// nodes it names as they were (checked in debug builds).
+    /// Changes the row `id` in place with `change`; a change of the nodes
+    /// it names moves it in the index too.
     pub(super) fn update<R>(&mut self, id: &str, change: impl FnOnce(&mut T) -> R) -> Option<R> {
         let row = self.rows.get_mut(id)?;
         let before = owned(row.nodes());
         let out = change(row);
-        debug_assert_eq!(before, owned(row.nodes()), "an update moved row {id}");
+        if before != owned(row.nodes()) {
+            self.unindex(id, before.iter().flatten().map(String::as_str));
+            let (id, row) = self.rows.remove_entry(id)?;
+            self.index(&id, &row);
+            self.rows.insert(id, row);
+        }
         Some(out)
     }
 
@@ -105,6 +103,17 @@ impl<T: ByNode> Indexed<T> {
     pub(super) fn of_node<'a>(&'a self, node: &str) -> impl Iterator<Item = &'a T> + 'a {
         let ids = self.by_node.get(node).into_iter().flatten();
         ids.filter_map(|id| self.rows.get(id))
+    }
+
+    fn unindex<'n>(&mut self, id: &str, nodes: impl Iterator<Item = &'n str>) {
+        for node in nodes {
+            if let Some(ids) = self.by_node.get_mut(node) {
+                ids.remove(id);
+                if ids.is_empty() {
+                    self.by_node.remove(node);
+                }
+            }
+        }
     }
 
     fn index(&mut self, id: &str, row: &T) {
@@ -164,7 +173,13 @@ mod tests {
                 match op {
                     Op::Insert(id, r) => drop(t.insert(id.to_string(), r)),
                     Op::Remove(id) => drop(t.remove(&id.to_string())),
-                    Op::Update(id, v) => drop(t.update(&id.to_string(), |r| r.2 = v)),
+                    Op::Update(id, v) => drop(t.update(&id.to_string(), |r| {
+                        r.2 = v;
+                        // Some updates move the row to other nodes.
+                        if v % 3 == 0 {
+                            r.1 = Some(format!("n{}", v % 4));
+                        }
+                    })),
                 }
             }
             for n in 0..5 {
