@@ -32,6 +32,17 @@ pub fn with_database(url: &str, db: &str) -> String {
     query.map_or_else(|| url.clone(), |q| format!("{url}?{q}"))
 }
 
+/// The pid of the backend serving a connection to `url`: with it, the
+/// server's processes can be found when it runs on this machine.
+pub async fn backend_pid(url: &str) -> Option<u32> {
+    let client = connect(url).await.ok()?;
+    let row = client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .ok()?;
+    u32::try_from(row.get::<_, i32>(0)).ok()
+}
+
 /// What one table had written to it during a run.
 pub struct TableRows {
     pub table: String,
@@ -94,12 +105,7 @@ impl BenchDb {
 
     /// The pid of a server process serving a connection of ours.
     pub async fn backend_pid(&self) -> Option<u32> {
-        let client = connect(&self.admin_url).await.ok()?;
-        let row = client
-            .query_one("SELECT pg_backend_pid()", &[])
-            .await
-            .ok()?;
-        u32::try_from(row.get::<_, i32>(0)).ok()
+        backend_pid(&self.admin_url).await
     }
 
     /// `pg_database_size`, in MB.

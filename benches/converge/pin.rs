@@ -18,7 +18,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use crate::common::cpu;
-use crate::common::database::connect;
+use crate::common::database::backend_pid;
 
 /// The pinning in force; dropping it puts the server's CPUs back.
 pub struct Pinned {
@@ -70,9 +70,9 @@ impl Drop for Pinned {
 
 /// The postmaster of the server `admin_url` reaches, if it runs here.
 async fn local_postmaster(admin_url: &str) -> Result<u32> {
-    let client = connect(admin_url).await?;
-    let row = client.query_one("SELECT pg_backend_pid()", &[]).await?;
-    let backend = u32::try_from(row.get::<_, i32>(0)).context("a negative backend pid")?;
+    let backend = backend_pid(admin_url)
+        .await
+        .context("--db-cpus: could not ask the database server for a backend pid")?;
     cpu::postmaster_of(backend).with_context(|| {
         format!("--db-cpus needs the database server on this machine (backend {backend} is not a local Postgres process)")
     })
@@ -116,7 +116,7 @@ fn allowed(pid: u32) -> Result<String> {
 }
 
 /// A CPU list in the kernel's form: numbers and ranges, comma-separated.
-pub fn parse_cpus(list: &str) -> Result<BTreeSet<usize>> {
+fn parse_cpus(list: &str) -> Result<BTreeSet<usize>> {
     let mut out = BTreeSet::new();
     for part in list.split(',').map(str::trim) {
         let (a, b) = part.split_once('-').unwrap_or((part, part));

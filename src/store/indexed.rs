@@ -7,9 +7,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// A row that belongs to up to two nodes (a link: its source and its
-/// destination; a route: its source).
+/// A row with an id of its own that belongs to up to two nodes (a link:
+/// its source and its destination; a route: its source).
 pub(super) trait ByNode {
+    fn id(&self) -> &str;
     fn nodes(&self) -> [Option<&str>; 2];
 }
 
@@ -30,11 +31,12 @@ impl<T> Default for Indexed<T> {
 }
 
 impl<T: ByNode> Indexed<T> {
-    /// Inserts or replaces the row `id`; returns the one replaced.
-    pub(super) fn insert(&mut self, id: String, row: T) -> Option<T> {
-        let old = self.remove(&id);
-        self.index(&id, &row);
-        self.rows.insert(id, row);
+    /// Inserts `row`, or replaces the row of its id; returns the one
+    /// replaced.
+    pub(super) fn insert(&mut self, row: T) -> Option<T> {
+        let old = self.remove(row.id());
+        self.index(&row);
+        self.rows.insert(row.id().to_string(), row);
         old
     }
 
@@ -56,9 +58,9 @@ impl<T: ByNode> Indexed<T> {
         let out = change(row);
         if before != owned(row.nodes()) {
             self.unindex(id, before.iter().flatten().map(String::as_str));
-            let (id, row) = self.rows.remove_entry(id)?;
-            self.index(&id, &row);
-            self.rows.insert(id, row);
+            if let Some(row) = self.rows.get(id) {
+                index_into(&mut self.by_node, row);
+            }
         }
         Some(out)
     }
@@ -68,14 +70,14 @@ impl<T: ByNode> Indexed<T> {
     /// change costs what it touched, not a copy of every row.
     pub(super) fn change_checked<E>(
         &mut self,
-        puts: Vec<(String, T)>,
+        puts: Vec<T>,
         removes: &[String],
         check: impl FnOnce(&Self) -> Result<(), E>,
     ) -> Result<(), E> {
         let mut undo: Vec<(String, Option<T>)> = Vec::with_capacity(puts.len() + removes.len());
-        for (id, row) in puts {
-            let old = self.insert(id.clone(), row);
-            undo.push((id, old));
+        for row in puts {
+            let id = row.id().to_string();
+            undo.push((id, self.insert(row)));
         }
         for id in removes {
             if let Some(old) = self.remove(id) {
@@ -86,7 +88,7 @@ impl<T: ByNode> Indexed<T> {
         if verdict.is_err() {
             for (id, old) in undo.into_iter().rev() {
                 match old {
-                    Some(row) => drop(self.insert(id, row)),
+                    Some(row) => drop(self.insert(row)),
                     None => drop(self.remove(&id)),
                 }
             }
@@ -116,10 +118,19 @@ impl<T: ByNode> Indexed<T> {
         }
     }
 
-    fn index(&mut self, id: &str, row: &T) {
-        for node in row.nodes().into_iter().flatten() {
-            let ids = self.by_node.entry(node.to_string()).or_default();
-            ids.insert(id.to_string());
+    fn index(&mut self, row: &T) {
+        index_into(&mut self.by_node, row);
+    }
+}
+
+/// Adds `row` to the ids of each node it names; a node's key is copied
+/// only the first time.
+fn index_into<T: ByNode>(by_node: &mut BTreeMap<String, BTreeSet<String>>, row: &T) {
+    for node in row.nodes().into_iter().flatten() {
+        let id = row.id().to_string();
+        match by_node.get_mut(node) {
+            Some(ids) => drop(ids.insert(id)),
+            None => drop(by_node.insert(node.to_string(), BTreeSet::from([id]))),
         }
     }
 }
@@ -133,18 +144,23 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Id, first node, second node, a value.
     #[derive(Clone, Debug, PartialEq)]
-    struct Row(String, Option<String>, u8);
+    struct Row(String, String, Option<String>, u8);
 
     impl ByNode for Row {
+        fn id(&self) -> &str {
+            &self.0
+        }
+
         fn nodes(&self) -> [Option<&str>; 2] {
-            [Some(self.0.as_str()), self.1.as_deref()]
+            [Some(self.1.as_str()), self.2.as_deref()]
         }
     }
 
     #[derive(Clone, Debug)]
     enum Op {
-        Insert(u8, Row),
+        Insert(Row),
         Remove(u8),
         Update(u8, u8),
     }
@@ -153,14 +169,24 @@ mod tests {
         (0u8..4).prop_map(|n| format!("n{n}"))
     }
 
+    /// Ids from a small range, so that rows are replaced and removed.
+    fn row() -> impl Strategy<Value = Row> {
+        (0u8..8, node(), proptest::option::of(node()), any::<u8>())
+            .prop_map(|(id, a, b, v)| Row(id.to_string(), a, b, v))
+    }
+
     fn op() -> impl Strategy<Value = Op> {
-        let row =
-            (node(), proptest::option::of(node()), any::<u8>()).prop_map(|(a, b, v)| Row(a, b, v));
         prop_oneof![
-            (0u8..8, row).prop_map(|(id, r)| Op::Insert(id, r)),
+            row().prop_map(Op::Insert),
             (0u8..8).prop_map(Op::Remove),
             (0u8..8, any::<u8>()).prop_map(|(id, v)| Op::Update(id, v)),
         ]
+    }
+
+    fn table(rows: Vec<Row>) -> Indexed<Row> {
+        let mut t = Indexed::default();
+        rows.into_iter().for_each(|r| drop(t.insert(r)));
+        t
     }
 
     proptest! {
@@ -171,13 +197,13 @@ mod tests {
             let mut t: Indexed<Row> = Indexed::default();
             for op in ops {
                 match op {
-                    Op::Insert(id, r) => drop(t.insert(id.to_string(), r)),
+                    Op::Insert(r) => drop(t.insert(r)),
                     Op::Remove(id) => drop(t.remove(&id.to_string())),
                     Op::Update(id, v) => drop(t.update(&id.to_string(), |r| {
-                        r.2 = v;
+                        r.3 = v;
                         // Some updates move the row to other nodes.
                         if v % 3 == 0 {
-                            r.1 = Some(format!("n{}", v % 4));
+                            r.2 = Some(format!("n{}", v % 4));
                         }
                     })),
                 }
@@ -196,40 +222,46 @@ mod tests {
         /// A refused change leaves every row and the index as they were.
         #[test]
         fn a_refused_change_undoes_itself(
-            before in proptest::collection::vec(op(), 0..30),
-            puts in proptest::collection::vec((0u8..8, op()), 0..8),
+            before in proptest::collection::vec(row(), 0..30),
+            puts in proptest::collection::vec(row(), 0..8),
             removes in proptest::collection::vec(0u8..8, 0..8),
         ) {
-            let mut t: Indexed<Row> = Indexed::default();
-            for op in before {
-                if let Op::Insert(id, r) = op {
-                    t.insert(id.to_string(), r);
-                }
-            }
+            let mut t = table(before);
             let (rows, index) = (t.rows.clone(), t.by_node.clone());
-            let puts: Vec<(String, Row)> = puts
-                .into_iter()
-                .filter_map(|(id, op)| match op {
-                    Op::Insert(_, r) => Some((id.to_string(), r)),
-                    _ => None,
-                })
-                .collect();
             let removes: Vec<String> = removes.iter().map(u8::to_string).collect();
             let refused = t.change_checked(puts, &removes, |_| Err("no"));
             prop_assert_eq!(refused, Err("no"));
             prop_assert_eq!(&t.rows, &rows);
             prop_assert_eq!(&t.by_node, &index);
         }
+
+        /// An accepted change is the puts, then the removes, one after the
+        /// other.
+        #[test]
+        fn an_accepted_change_is_its_puts_then_its_removes(
+            before in proptest::collection::vec(row(), 0..30),
+            puts in proptest::collection::vec(row(), 0..8),
+            removes in proptest::collection::vec(0u8..8, 0..8),
+        ) {
+            let mut t = table(before.clone());
+            let mut expected = table(before);
+            puts.iter().for_each(|r| drop(expected.insert(r.clone())));
+            let removes: Vec<String> = removes.iter().map(u8::to_string).collect();
+            removes.iter().for_each(|id| drop(expected.remove(id)));
+            let accepted = t.change_checked(puts, &removes, |_| Ok::<(), ()>(()));
+            prop_assert_eq!(accepted, Ok(()));
+            prop_assert_eq!(&t.rows, &expected.rows);
+            prop_assert_eq!(&t.by_node, &expected.by_node);
+        }
     }
 
     #[test]
     fn a_replaced_row_leaves_its_old_nodes() {
-        let mut t: Indexed<Row> = Indexed::default();
-        t.insert("l".into(), Row("a".into(), Some("b".into()), 0));
-        let old = t.insert("l".into(), Row("c".into(), None, 1));
-        assert_eq!(old.map(|r| r.0), Some("a".to_string()));
+        let mut t = table(vec![Row("l".into(), "a".into(), Some("b".into()), 0)]);
+        let old = t.insert(Row("l".into(), "c".into(), None, 1));
+        assert_eq!(old.map(|r| r.1), Some("a".to_string()));
         assert_eq!(t.of_node("a").count(), 0);
         assert_eq!(t.of_node("b").count(), 0);
-        assert_eq!(t.of_node("c").map(|r| r.2).collect::<Vec<_>>(), [1]);
+        assert_eq!(t.of_node("c").map(|r| r.3).collect::<Vec<_>>(), [1]);
     }
 }

@@ -317,8 +317,7 @@ impl Store for MemoryStore {
     }
 
     async fn put_link(&self, link: Link) -> Result<(), StoreError> {
-        let puts = vec![(link.link_id.clone(), link)];
-        (self.lock().links).change_checked(puts, &[], one_live_link_per_pair)
+        (self.lock().links).change_checked(vec![link], &[], one_live_link_per_pair)
     }
 
     async fn delete_link(&self, link_id: &str) -> Result<bool, StoreError> {
@@ -335,7 +334,7 @@ impl Store for MemoryStore {
     }
 
     async fn put_route(&self, route: Route) -> Result<(), StoreError> {
-        self.lock().routes.insert(route.id.clone(), route);
+        self.lock().routes.insert(route);
         Ok(())
     }
 
@@ -416,18 +415,15 @@ impl Store for MemoryStore {
         let st = &mut *guard;
         // Links first: a batch that breaks the pair rule must leave
         // everything as it was.
-        let puts = (changes.put_links.into_iter())
-            .map(|l| (l.link_id.clone(), l))
-            .collect();
         let mut removes = changes.delete_links;
         removes.extend(
             (changes.retire_links.iter())
                 .filter(|r| still_away(st.nodes.get(&r.source), r.source_generation))
                 .map(|r| r.link_id.clone()),
         );
-        (st.links).change_checked(puts, &removes, one_live_link_per_pair)?;
+        (st.links).change_checked(changes.put_links, &removes, one_live_link_per_pair)?;
         for r in changes.put_routes {
-            st.routes.insert(r.id.clone(), r);
+            st.routes.insert(r);
         }
         for id in &changes.delete_routes {
             st.routes.remove(id);
@@ -576,12 +572,20 @@ pub fn sent_status(current: LinkStatus, ok: bool) -> LinkStatus {
 }
 
 impl ByNode for Link {
+    fn id(&self) -> &str {
+        &self.link_id
+    }
+
     fn nodes(&self) -> [Option<&str>; 2] {
         [Some(self.source_node.as_str()), self.dest_node.as_deref()]
     }
 }
 
 impl ByNode for Route {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
     fn nodes(&self) -> [Option<&str>; 2] {
         [Some(self.source_node.as_str()), None]
     }
